@@ -1,0 +1,336 @@
+"""2-D convolution (NCHW, no bias, group 1, dilation 1): direct and im2col+GEMM algorithms.
+
+Forward: y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] * x[n,c,i*sh+p-ph, j*sw+q-pw]  (zero padding).
+The two backward kernels are its adjoints with respect to x (data) and w (filter).
+
+Direct algorithm: loops only, no workspace, parallel over independent outputs
+(planes of y / dx, filters of dw); every output is summed in a fixed order.
+
+im2col + GEMM algorithm: the batch is processed in chunks of B samples; a chunk
+is unfolded into a column matrix and each pass becomes ONE large GEMM.
+
+cols layout (im2col / col2im): a 2-D C-contiguous array of shape
+(C*KH*KW, B*OH*OW) with
+    cols[(c*KH + p)*KW + q, (b*OH + i)*OW + j] = x[b, c, i*sh+p-ph, j*sw+q-pw]  (0 in the padding).
+Rows follow w.reshape(O, C*KH*KW) and columns run over samples then output pixels, so
+    forward:          Y' (O, B*L)   = W (O, K) @ cols (K, B*L)
+    backward data:    cols (K, B*L) = W^T (K, O) @ dY' (O, B*L), then col2im
+    backward filter:  dW (O, K)     = dY' (O, B*L) @ cols^T (B*L, K)
+(K = C*KH*KW, L = OH*OW) are single GEMMs on views, and the only extra traffic is
+the cheap (B, O, L) <-> (O, B, L) transpose of the O-channel tensor Y' / dY'
+(skipped when B == 1, where Y' is y[n] itself).
+
+Workspace (1-D, same dtype as x): per sample (K + O) * L elements (cols + Y'/dY').
+The kernels use B = min(N, workspace.size // ((K+O)*L)) samples per chunk. The
+backward-filter pass, when it needs several chunks, sums their partial products
+into dw in chunk order; it keeps the partial product of a chunk in whatever
+workspace is left over (reserving O*K elements for it if the workspace allows,
+otherwise computing dW in tiles that fit), so any workspace that holds one sample
+is enough for every pass. Results are deterministic for a given workspace size;
+different chunkings agree to rounding.
+"""
+
+import numpy as np
+from numba import njit, prange
+
+from ._window import valid_range, window_output_size
+from .elementwise import axpy
+from .gemm import matmul
+
+__all__ = [
+    "conv2d_output_shape", "conv2d_forward_direct", "conv2d_backward_data_direct",
+    "conv2d_backward_filter_direct", "im2col", "col2im", "conv2d_gemm_workspace_per_sample",
+    "conv2d_forward_gemm", "conv2d_backward_data_gemm", "conv2d_backward_filter_gemm",
+]
+
+
+def conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw):
+    """(n, o, oh, ow) with oh = (h+2ph-kh)//sh+1, ow = (w+2pw-kw)//sw+1. Plain Python."""
+    return (n, o, window_output_size(h, kh, sh, ph), window_output_size(w, kw, sw, pw))
+
+
+def _check_conv_shapes(y, x, w, sh, sw, ph, pw):
+    n, c, h, wd = x.shape
+    o, c2, kh, kw = w.shape
+    oh = (h + 2 * ph - kh) // sh + 1
+    ow = (wd + 2 * pw - kw) // sw + 1
+    if (c2 != c or y.shape[0] != n or y.shape[1] != o or y.shape[2] != oh or y.shape[3] != ow
+            or oh < 1 or ow < 1):
+        raise ValueError("conv2d: shapes of y (N,O,OH,OW), x (N,C,H,W), w (O,C,KH,KW) do not agree")
+
+
+check_conv_shapes = njit(cache=True)(_check_conv_shapes)
+
+
+# Indices computed as `j*sw + offset` have unknown sign to the compiler, and Numba
+# then emits a negative-index wraparound select on every access, which blocks
+# vectorisation (measured 5x slower im2col). The kernels only form such indices
+# for in-range positions, so they cast them to unsigned: `x[..., _u(j*sw + off)]`.
+_u = np.uint64
+
+
+# ---------------------------------------------------------------- direct algorithm
+def _conv2d_forward_direct(y, x, w, sh, sw, ph, pw):
+    """y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,c,i*sh+p-ph,j*sw+q-pw]. Writes y; no workspace; parallel over (n,o)."""
+    check_conv_shapes(y, x, w, sh, sw, ph, pw)
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    oh, ow = y.shape[2], y.shape[3]
+    for t in prange(n * o):
+        b = t // o
+        oc = t % o
+        for i in range(oh):
+            for j in range(ow):
+                y[b, oc, i, j] = 0
+        for ci in range(c):
+            for p in range(kh):
+                i_lo, i_hi = valid_range(oh, p, sh, ph, h)
+                for q in range(kw):
+                    j_lo, j_hi = valid_range(ow, q, sw, pw, wd)
+                    wv = w[oc, ci, p, q]
+                    off = q - pw
+                    for i in range(i_lo, i_hi):
+                        hh = i * sh + p - ph
+                        for j in range(j_lo, j_hi):
+                            y[b, oc, i, _u(j)] += wv * x[b, ci, hh, _u(j * sw + off)]
+
+
+def _conv2d_backward_data_direct(dx, dy, w, sh, sw, ph, pw):
+    """dx[n,c,h,v] = sum_{o,p,q,i,j: h=i*sh+p-ph, v=j*sw+q-pw} w[o,c,p,q] dy[n,o,i,j]. Overwrites dx; parallel over (n,c)."""
+    check_conv_shapes(dy, dx, w, sh, sw, ph, pw)
+    n, c, h, wd = dx.shape
+    o, _, kh, kw = w.shape
+    oh, ow = dy.shape[2], dy.shape[3]
+    for t in prange(n * c):
+        b = t // c
+        ci = t % c
+        for u in range(h):
+            for v in range(wd):
+                dx[b, ci, u, v] = 0
+        for oc in range(o):
+            for p in range(kh):
+                i_lo, i_hi = valid_range(oh, p, sh, ph, h)
+                for q in range(kw):
+                    j_lo, j_hi = valid_range(ow, q, sw, pw, wd)
+                    wv = w[oc, ci, p, q]
+                    off = q - pw
+                    for i in range(i_lo, i_hi):
+                        hh = i * sh + p - ph
+                        for j in range(j_lo, j_hi):
+                            dx[b, ci, hh, _u(j * sw + off)] += wv * dy[b, oc, i, _u(j)]
+
+
+def _conv2d_backward_filter_direct(dw, dy, x, sh, sw, ph, pw):
+    """dw[o,c,p,q] = sum_{n,i,j} dy[n,o,i,j] x[n,c,i*sh+p-ph,j*sw+q-pw]. Overwrites dw; parallel over (o,c); float64 sums."""
+    check_conv_shapes(dy, x, dw, sh, sw, ph, pw)
+    n, c, h, wd = x.shape
+    o, _, kh, kw = dw.shape
+    oh, ow = dy.shape[2], dy.shape[3]
+    for t in prange(o * c):
+        oc = t // c
+        ci = t % c
+        for p in range(kh):
+            i_lo, i_hi = valid_range(oh, p, sh, ph, h)
+            for q in range(kw):
+                j_lo, j_hi = valid_range(ow, q, sw, pw, wd)
+                off = q - pw
+                s = 0.0
+                for b in range(n):
+                    for i in range(i_lo, i_hi):
+                        hh = i * sh + p - ph
+                        for j in range(j_lo, j_hi):
+                            s += dy[b, oc, i, _u(j)] * x[b, ci, hh, _u(j * sw + off)]
+                dw[oc, ci, p, q] = s
+
+
+# ---------------------------------------------------------------- im2col / col2im
+def _im2col(cols, x, kh, kw, sh, sw, ph, pw):
+    """cols[(c*KH+p)*KW+q, (b*OH+i)*OW+j] = x[b,c,i*sh+p-ph,j*sw+q-pw] or 0. Writes cols (C*KH*KW, B*OH*OW); parallel over rows."""
+    nb, c, h, wd = x.shape
+    oh = (h + 2 * ph - kh) // sh + 1
+    ow = (wd + 2 * pw - kw) // sw + 1
+    if cols.shape[0] != c * kh * kw or cols.shape[1] != nb * oh * ow:
+        raise ValueError("im2col: cols must have shape (C*KH*KW, N*OH*OW)")
+    for r in prange(c * kh * kw):
+        ci = r // (kh * kw)
+        p = (r // kw) % kh
+        q = r % kw
+        j_lo, j_hi = valid_range(ow, q, sw, pw, wd)
+        off = q - pw
+        for b in range(nb):
+            for i in range(oh):
+                base = (b * oh + i) * ow
+                hh = i * sh + p - ph
+                if hh < 0 or hh >= h:
+                    for j in range(ow):
+                        cols[r, _u(base + j)] = 0
+                else:
+                    for j in range(j_lo):
+                        cols[r, _u(base + j)] = 0
+                    for j in range(j_lo, j_hi):
+                        cols[r, _u(base + j)] = x[b, ci, hh, _u(j * sw + off)]
+                    for j in range(j_hi, ow):
+                        cols[r, _u(base + j)] = 0
+
+
+def _col2im(x, cols, kh, kw, sh, sw, ph, pw):
+    """x[b,c,h,v] = sum of the cols entries im2col would read from x[b,c,h,v] (scatter-sum). Overwrites x; parallel over (b,c)."""
+    nb, c, h, wd = x.shape
+    oh = (h + 2 * ph - kh) // sh + 1
+    ow = (wd + 2 * pw - kw) // sw + 1
+    if cols.shape[0] != c * kh * kw or cols.shape[1] != nb * oh * ow:
+        raise ValueError("col2im: cols must have shape (C*KH*KW, N*OH*OW)")
+    for t in prange(nb * c):
+        b = t // c
+        ci = t % c
+        for u in range(h):
+            for v in range(wd):
+                x[b, ci, u, v] = 0
+        for p in range(kh):
+            i_lo, i_hi = valid_range(oh, p, sh, ph, h)
+            for q in range(kw):
+                j_lo, j_hi = valid_range(ow, q, sw, pw, wd)
+                r = (ci * kh + p) * kw + q
+                off = q - pw
+                for i in range(i_lo, i_hi):
+                    hh = i * sh + p - ph
+                    base = (b * oh + i) * ow
+                    for j in range(j_lo, j_hi):
+                        x[b, ci, hh, _u(j * sw + off)] += cols[r, _u(base + j)]
+
+
+def _swap01(out, x):
+    """out[j, i, :] = x[i, j, :] for x (A, B, L), out (B, A, L). Writes out; parallel over (i, j) rows."""
+    na, nb, nl = x.shape
+    for t in prange(na * nb):
+        i = t // nb
+        j = t % nb
+        for k in range(nl):
+            out[j, i, _u(k)] = x[i, j, _u(k)]
+
+
+im2col = njit(parallel=True, cache=True)(_im2col)
+col2im = njit(parallel=True, cache=True)(_col2im)
+swap01 = njit(parallel=True, cache=True)(_swap01)
+conv2d_forward_direct = njit(parallel=True, cache=True)(_conv2d_forward_direct)
+conv2d_backward_data_direct = njit(parallel=True, cache=True)(_conv2d_backward_data_direct)
+conv2d_backward_filter_direct = njit(parallel=True, cache=True)(_conv2d_backward_filter_direct)
+
+
+# ---------------------------------------------------------------- im2col + GEMM
+def conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw):
+    """Workspace elements one sample needs in any GEMM pass: (C*KH*KW + O) * OH * OW. Plain Python."""
+    _, _, oh, ow = conv2d_output_shape(1, c, h, w, o, kh, kw, sh, sw, ph, pw)
+    return (c * kh * kw + o) * oh * ow
+
+
+def _gemm_setup(name, y, x, w, workspace, sh, sw, ph, pw):
+    """Validate arguments of a GEMM pass; return (K, L, per_sample, samples_per_chunk)."""
+    for arr, label in ((y, "y/dy"), (x, "x/dx"), (w, "w/dw"), (workspace, "workspace")):
+        if not arr.flags.c_contiguous:
+            raise ValueError(f"{name}: {label} must be C-contiguous")
+        if arr.dtype != x.dtype:
+            raise TypeError(f"{name}: {label} has dtype {arr.dtype}, expected {x.dtype}")
+    if workspace.ndim != 1:
+        raise ValueError(f"{name}: workspace must be 1-D")
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    check_conv_shapes(y, x, w, sh, sw, ph, pw)
+    k = c * kh * kw
+    l = y.shape[2] * y.shape[3]
+    per = (k + o) * l
+    if workspace.size < per:
+        raise ValueError(
+            f"{name}: workspace has {workspace.size} elements but one sample needs {per} "
+            f"((C*KH*KW + O)*OH*OW = ({c}*{kh}*{kw} + {o})*{l})"
+        )
+    return k, l, per, min(n, workspace.size // per)
+
+
+def _chunk_views(workspace, k, o, l, b):
+    """cols (K, B*L) at the start of the workspace, then the (O, B*L) transposed-channel buffer."""
+    cols = workspace[: k * b * l].reshape(k, b * l)
+    tbuf = workspace[k * b * l: (k + o) * b * l].reshape(o, b * l)
+    return cols, tbuf
+
+
+def conv2d_forward_gemm(y, x, w, workspace, sh, sw, ph, pw):
+    """y = conv2d(x, w) via im2col + one GEMM per chunk. Writes y; uses workspace (>= per-sample size, 1-D, x.dtype)."""
+    k, l, per, bsz = _gemm_setup("conv2d_forward_gemm", y, x, w, workspace, sh, sw, ph, pw)
+    n = x.shape[0]
+    o, _, kh, kw = w.shape
+    wm = w.reshape(o, k)
+    for n0 in range(0, n, bsz):
+        b = min(bsz, n - n0)
+        cols, tbuf = _chunk_views(workspace, k, o, l, b)
+        im2col(cols, x[n0: n0 + b], kh, kw, sh, sw, ph, pw)
+        if b == 1:
+            matmul(y[n0].reshape(o, l), wm, cols)
+        else:
+            matmul(tbuf, wm, cols)
+            swap01(y[n0: n0 + b].reshape(b, o, l), tbuf.reshape(o, b, l))
+    return y
+
+
+def conv2d_backward_data_gemm(dx, dy, w, workspace, sh, sw, ph, pw):
+    """dx = adjoint of conv2d w.r.t. x via GEMM + col2im per chunk. Overwrites dx; uses workspace like the forward."""
+    k, l, per, bsz = _gemm_setup("conv2d_backward_data_gemm", dy, dx, w, workspace, sh, sw, ph, pw)
+    n = dx.shape[0]
+    o, _, kh, kw = w.shape
+    wt = w.reshape(o, k).T
+    for n0 in range(0, n, bsz):
+        b = min(bsz, n - n0)
+        cols, tbuf = _chunk_views(workspace, k, o, l, b)
+        if b == 1:
+            dyt = dy[n0].reshape(o, l)
+        else:
+            dyt = tbuf
+            swap01(dyt.reshape(o, b, l), dy[n0: n0 + b].reshape(b, o, l))
+        matmul(cols, wt, dyt)
+        col2im(dx[n0: n0 + b], cols, kh, kw, sh, sw, ph, pw)
+    return dx
+
+
+def conv2d_backward_filter_gemm(dw, dy, x, workspace, sh, sw, ph, pw):
+    """dw = adjoint of conv2d w.r.t. w via im2col + GEMM, summing chunks in order. Overwrites dw; uses workspace."""
+    k, l, per, bsz = _gemm_setup("conv2d_backward_filter_gemm", dy, x, dw, workspace, sh, sw, ph, pw)
+    n = x.shape[0]
+    o, _, kh, kw = dw.shape
+    dwm = dw.reshape(o, k)
+    if bsz < n:
+        # several chunks: leave room for a chunk's partial product (O*K) if we can
+        bsz = max(1, min(bsz, (workspace.size - o * k) // per))
+    for ci, n0 in enumerate(range(0, n, bsz)):
+        b = min(bsz, n - n0)
+        cols, tbuf = _chunk_views(workspace, k, o, l, b)
+        im2col(cols, x[n0: n0 + b], kh, kw, sh, sw, ph, pw)
+        if b == 1:
+            dyt = dy[n0].reshape(o, l)
+            used = k * l
+        else:
+            dyt = tbuf
+            swap01(dyt.reshape(o, b, l), dy[n0: n0 + b].reshape(b, o, l))
+            used = (k + o) * b * l
+        if ci == 0:
+            matmul(dwm, dyt, cols.T)
+        else:
+            _accumulate_tiled(dwm, dyt, cols, workspace[used:])
+    return dw
+
+
+def _accumulate_tiled(dwm, dyt, cols, spare):
+    """dwm (O,K) += dyt (O,M) @ cols^T (M,K), computing the product in tiles that fit in `spare`, in a fixed order."""
+    o, k = dwm.shape
+    room = spare.size  # >= 1: a one-sample chunk leaves at least O*L elements free
+    rows = max(1, min(o, room // k))
+    width = k if room >= k else room
+    for o0 in range(0, o, rows):
+        o1 = min(o, o0 + rows)
+        for r0 in range(0, k, width):
+            r1 = min(k, r0 + width)
+            part = spare[: (o1 - o0) * (r1 - r0)].reshape(o1 - o0, r1 - r0)
+            matmul(part, dyt[o0:o1], cols[r0:r1].T)
+            if r1 - r0 == k:
+                axpy(dwm[o0:o1].reshape(-1), 1.0, part.reshape(-1))
+            else:  # rows == 1 here: one row segment, contiguous
+                axpy(dwm[o0, r0:r1], 1.0, part.reshape(-1))

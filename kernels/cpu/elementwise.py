@@ -1,0 +1,180 @@
+"""Elementwise kernels over flat arrays, plus bias addition.
+
+Every kernel here takes 1-D contiguous arrays (the caller passes ``a.reshape(-1)``)
+except the two bias kernels, which take the 2-D / 4-D output they add into.
+Each output element depends only on the same element of the inputs, so all
+kernels are safe in place (``out`` may be the same array as an input) and are
+parallelised with ``prange`` over elements without any cross-thread reduction:
+results are bit-identical on every call. None allocates or needs a workspace.
+Scalars (alpha, ratio, value) arrive as Python floats.
+"""
+
+import math
+
+from numba import njit, prange
+
+__all__ = [
+    "relu_forward", "relu_backward", "sigmoid_forward", "sigmoid_backward",
+    "add", "sub", "mul", "axpy", "scale", "fill", "copy",
+    "dropout_forward", "dropout_backward", "add_bias_rows", "add_bias_nchw",
+]
+
+
+def _check_same_size(a, b):
+    if a.size != b.size:
+        raise ValueError("elementwise kernel: arrays must have the same number of elements")
+
+
+check_same_size = njit(cache=True)(_check_same_size)
+
+
+def _relu_forward(y, x):
+    """y = max(x, 0) (NaN propagates). Writes y; in-place safe (y may be x)."""
+    check_same_size(y, x)
+    for i in prange(x.size):
+        v = x[i]
+        y[i] = 0 if v < 0 else v
+
+
+def _relu_backward(dx, dy, y):
+    """dx = dy * (y > 0), using the forward OUTPUT y so it works after an in-place forward. Writes dx."""
+    check_same_size(dx, dy)
+    check_same_size(dx, y)
+    for i in prange(dy.size):
+        dx[i] = dy[i] if y[i] > 0 else 0
+
+
+def _sigmoid_forward(y, x):
+    """y = 1/(1+exp(-x)), evaluated without overflow for large |x|. Writes y; in-place safe."""
+    check_same_size(y, x)
+    for i in prange(x.size):
+        v = x[i]
+        if v >= 0:
+            y[i] = 1.0 / (1.0 + math.exp(-v))
+        else:
+            e = math.exp(v)
+            y[i] = e / (1.0 + e)
+
+
+def _sigmoid_backward(dx, dy, y):
+    """dx = dy * y * (1 - y), with y the forward output. Writes dx."""
+    check_same_size(dx, dy)
+    check_same_size(dx, y)
+    for i in prange(dy.size):
+        s = y[i]
+        dx[i] = dy[i] * s * (1 - s)
+
+
+def _add(out, a, b):
+    """out = a + b. Writes out; in-place safe."""
+    check_same_size(out, a)
+    check_same_size(out, b)
+    for i in prange(out.size):
+        out[i] = a[i] + b[i]
+
+
+def _sub(out, a, b):
+    """out = a - b. Writes out; in-place safe."""
+    check_same_size(out, a)
+    check_same_size(out, b)
+    for i in prange(out.size):
+        out[i] = a[i] - b[i]
+
+
+def _mul(out, a, b):
+    """out = a * b (elementwise). Writes out; in-place safe."""
+    check_same_size(out, a)
+    check_same_size(out, b)
+    for i in prange(out.size):
+        out[i] = a[i] * b[i]
+
+
+def _axpy(y, alpha, x):
+    """y += alpha * x. Updates y in place."""
+    check_same_size(y, x)
+    for i in prange(y.size):
+        y[i] += alpha * x[i]
+
+
+def _scale(y, alpha):
+    """y *= alpha. Updates y in place."""
+    for i in prange(y.size):
+        y[i] *= alpha
+
+
+def _fill(y, value):
+    """y[:] = value. Writes y."""
+    for i in prange(y.size):
+        y[i] = value
+
+
+def _copy(y, x):
+    """y[:] = x. Writes y."""
+    check_same_size(y, x)
+    for i in prange(y.size):
+        y[i] = x[i]
+
+
+def _dropout_forward(y, mask, x, ratio):
+    """mask = 0 where mask < ratio else 1/(1-ratio) (mask arrives holding U[0,1) draws); y = x * mask.
+
+    Overwrites mask with the scale factors (kept for the backward pass) and writes y; y may be x.
+    """
+    check_same_size(y, x)
+    check_same_size(mask, x)
+    keep = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
+    for i in prange(x.size):
+        m = 0.0 if mask[i] < ratio else keep
+        mask[i] = m
+        y[i] = x[i] * mask[i]
+
+
+def _dropout_backward(dx, dy, mask):
+    """dx = dy * mask (mask holds the scale factors written by dropout_forward). Writes dx."""
+    check_same_size(dx, dy)
+    check_same_size(dx, mask)
+    for i in prange(dy.size):
+        dx[i] = dy[i] * mask[i]
+
+
+def _add_bias_rows(y, b):
+    """y[n, f] += b[f] for y (N, F), b (F,). Updates y in place; parallel over rows."""
+    if y.shape[1] != b.shape[0]:
+        raise ValueError("add_bias_rows: y.shape[1] must equal b.shape[0]")
+    nrow, ncol = y.shape
+    for n in prange(nrow):
+        for f in range(ncol):
+            y[n, f] += b[f]
+
+
+def _add_bias_nchw(y, b):
+    """y[n, c, h, w] += b[c] for y (N, C, H, W), b (C,). Updates y in place; parallel over (n, c) planes."""
+    nb, nc, nh, nw = y.shape
+    if nc != b.shape[0]:
+        raise ValueError("add_bias_nchw: y.shape[1] must equal b.shape[0]")
+    for t in prange(nb * nc):
+        n = t // nc
+        c = t % nc
+        bc = b[c]
+        for i in range(nh):
+            for j in range(nw):
+                y[n, c, i, j] += bc
+
+
+_par = njit(parallel=True, cache=True)
+
+relu_forward = _par(_relu_forward)
+relu_backward = _par(_relu_backward)
+sigmoid_forward = _par(_sigmoid_forward)
+sigmoid_backward = _par(_sigmoid_backward)
+add = _par(_add)
+sub = _par(_sub)
+mul = _par(_mul)
+axpy = _par(_axpy)
+scale = _par(_scale)
+fill = _par(_fill)
+copy = _par(_copy)
+dropout_forward = _par(_dropout_forward)
+dropout_backward = _par(_dropout_backward)
+add_bias_rows = _par(_add_bias_rows)
+add_bias_nchw = _par(_add_bias_nchw)

@@ -1,0 +1,42 @@
+"""Sum reductions used for bias gradients.
+
+Determinism: a reduction is never split across threads. Each output element
+(one column, one channel) is owned by one ``prange`` iteration, which sums its
+inputs in a fixed order into a float64 accumulator and writes the result once.
+So every call gives bit-identical results, whatever the thread scheduling.
+No kernel allocates or needs a workspace.
+"""
+
+from numba import njit, prange
+
+__all__ = ["sum_rows", "bias_grad_nchw"]
+
+
+def _sum_rows(out, x):
+    """out[f] = sum_n x[n, f] for x (N, F), out (F,) (bias gradient of a linear layer). Overwrites out."""
+    nrow, ncol = x.shape
+    if out.shape[0] != ncol:
+        raise ValueError("sum_rows: out must have shape (x.shape[1],)")
+    for f in prange(ncol):
+        s = 0.0
+        for n in range(nrow):
+            s += x[n, f]
+        out[f] = s
+
+
+def _bias_grad_nchw(db, dy):
+    """db[c] = sum_{n,h,w} dy[n, c, h, w] for dy (N, C, H, W), db (C,). Overwrites db; parallel over channels."""
+    n, c, h, w = dy.shape
+    if db.shape[0] != c:
+        raise ValueError("bias_grad_nchw: db must have shape (dy.shape[1],)")
+    for ci in prange(c):
+        s = 0.0
+        for b in range(n):
+            for u in range(h):
+                for v in range(w):
+                    s += dy[b, ci, u, v]
+        db[ci] = s
+
+
+sum_rows = njit(parallel=True, cache=True)(_sum_rows)
+bias_grad_nchw = njit(parallel=True, cache=True)(_bias_grad_nchw)

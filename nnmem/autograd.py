@@ -1,0 +1,177 @@
+"""Autograd: operators record how they were called, and ``backward`` walks that record.
+
+An Operator's ``forward`` computes outputs from inputs; when gradients are needed it keeps the
+tensors its ``backward`` will read (``save``) and remembers where its inputs came from
+(``src``). ``backward(loss)`` then runs the operators in reverse, iteratively (a 1000-layer chain
+must not hit Python's recursion limit), and yields each parameter's gradient as soon as it is
+final, so an optimizer can update that parameter and drop its gradient at once.
+
+Memory contract: each operator drops its saved tensors the moment its backward has run, so a
+forward activation lives exactly until the backward step that last needs it.
+"""
+import contextlib
+
+import numpy as np
+
+#: True while training: operators then save what backward needs. Model.train()/eval() set it.
+training = False
+
+_scope = []  # names of the layers being called, innermost last (labels memory in reports)
+
+
+@contextlib.contextmanager
+def name_scope(name):
+    """Label the tensors made inside with `name` (the calling layer), for memory reports."""
+    _scope.append(name)
+    try:
+        yield
+    finally:
+        _scope.pop()
+
+
+class Operator:
+    """One differentiable operation. Subclasses write ``forward(*xs)`` and ``backward(*dys)``.
+
+    forward takes and returns Tensors (one, or a tuple); backward takes one gradient per output
+    and returns one gradient per input (None where an input needs none). Inside forward:
+    ``self.output(shape, dtype)`` makes an output tensor, ``self.run(fn, reads, writes)`` hands
+    the kernel call to the device, ``self.save(...)`` keeps tensors for backward.
+    """
+
+    def __init__(self, name=None):
+        self.name = name or type(self).__name__
+        self.src = []          # per input: (creator op or None, output index, leaf param or None)
+        self.saved = ()        # tensors kept for backward, dropped right after it
+        self.needs_grad = ()   # per input: does a gradient have to flow into it?
+        self.requires_grad = False
+        self.device = None
+        self.label = self.name
+
+    def __call__(self, *xs):
+        self.device = xs[0].device
+        for x in xs[1:]:
+            if x.device is not self.device:
+                raise ValueError(f"{self.name}: inputs live on different devices "
+                                 f"({self.device} and {x.device}); move them to one device")
+        # A leaf that does not store its gradient (an input batch) never receives one, so its
+        # gradient is not computed at all (conv1 skips its backward-data pass).
+        self.needs_grad = tuple(training and x.requires_grad and
+                                (x.creator is not None or x.stores_grad) for x in xs)
+        self.requires_grad = any(self.needs_grad)
+        self.label = f"{_scope[-1]}:{self.name}" if _scope else self.name
+        ys = self.forward(*xs)
+        if not self.requires_grad:
+            self.saved = ()
+            return ys
+        self.src = [(x.creator, getattr(x, "creator_index", 0),
+                     x if x.creator is None and x.stores_grad else None) for x in xs]
+        outputs = ys if isinstance(ys, tuple) else (ys,)
+        self.output_meta = [(y.shape, y.dtype) for y in outputs]
+        for i, y in enumerate(outputs):
+            y.creator, y.requires_grad = self, True
+            if i:
+                y.creator_index = i
+        return ys
+
+    # -- helpers for subclasses -------------------------------------------------------------------
+    def output(self, shape, dtype):
+        """A new, not yet allocated tensor labelled with this operator (for memory reports)."""
+        from nnmem.tensor import Tensor
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        desc = f"{self.label} {tuple(shape)} {dtype}"
+        return Tensor._on_block(self.device.new_block(nbytes, desc), shape, dtype, self.device)
+
+    def run(self, fn, reads, writes):
+        """Submit `fn` (a kernel call) with the tensors it reads and writes to the device."""
+        self.device.exec(fn, [t.block for t in reads], [t.block for t in writes])
+
+    def save(self, *tensors):
+        """Keep tensors for backward (only when a gradient will be computed).
+
+        A saved output is kept as a new Tensor on the same block, without a creator, so that
+        output -> operator -> saved output is not a reference cycle (cycles would delay frees
+        until the garbage collector runs).
+        """
+        if self.requires_grad:
+            from nnmem.tensor import Tensor
+            self.saved = tuple(
+                None if t is None else Tensor._on_block(t.block, t.shape, t.dtype, t.device)
+                for t in tensors)
+
+    def release(self):
+        """Drop what backward needed: its memory can now be recycled."""
+        self.saved = ()
+        self.src = []
+
+    def forward(self, *xs):
+        raise NotImplementedError
+
+    def backward(self, *dys):
+        raise NotImplementedError
+
+
+def backward(y, dy=None):
+    """Yield (parameter, gradient) pairs for every parameter that `y` depends on.
+
+    Each gradient is yielded as soon as every operator that used the parameter has contributed
+    to it. `y` is usually the scalar loss; `dy` defaults to ones.
+    """
+    from nnmem.tensor import Tensor, ones
+    if y.creator is None:
+        raise ValueError("backward(y): y was not computed by operators with autograd on; "
+                         "call model.train() (autograd.training = True) before the forward pass")
+    if dy is None:
+        dy = ones(y.shape, y.device, y.dtype)
+    pending = _count_consumers(y.creator)
+    grads = {y.creator: {getattr(y, "creator_index", 0): dy}}
+    ready = [y.creator]
+    while ready:
+        # A stack (LIFO): finishing one branch before starting another keeps fewer gradients alive.
+        op = ready.pop()
+        received = grads.pop(op)
+        dys = [received.get(i) for i in range(len(op.output_meta))]
+        for i, g in enumerate(dys):
+            if g is None:  # an output nobody used: its gradient is zero
+                shape, dtype = op.output_meta[i]
+                dys[i] = Tensor(shape, op.device, dtype, requires_grad=False).set_value(0)
+        dxs = op.backward(*dys)
+        dxs = dxs if isinstance(dxs, tuple) else (dxs,)
+        src = op.src
+        op.release()
+        del received, dys
+        for (creator, index, leaf), dx, needed in zip(src, dxs, op.needs_grad):
+            if not needed or dx is None:
+                continue
+            key = creator if creator is not None else leaf
+            slot = grads.setdefault(key, {})
+            slot[index] = dx if index not in slot else add(slot[index], dx)
+            pending[key] -= 1
+            if pending[key] == 0:
+                if creator is None:
+                    yield leaf, grads.pop(leaf)[0]
+                else:
+                    ready.append(creator)
+
+
+def _count_consumers(root):
+    """How many gradient contributions each operator and parameter will receive (iteratively)."""
+    pending = {}
+    stack, seen = [root], {root}
+    while stack:
+        op = stack.pop()
+        for (creator, _, leaf), needed in zip(op.src, op.needs_grad):
+            if not needed:
+                continue
+            key = creator if creator is not None else leaf
+            pending[key] = pending.get(key, 0) + 1
+            if creator is not None and creator not in seen:
+                seen.add(creator)
+                stack.append(creator)
+    return pending
+
+
+# The operators, re-exported so that SINGA code written as autograd.relu(x) etc. runs unchanged.
+# (Imported last: they subclass Operator, defined above.)
+from nnmem.ops import *  # noqa: E402,F401,F403
+from nnmem.ops import add  # noqa: E402  (used by backward for gradient aggregation)

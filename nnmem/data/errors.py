@@ -1,0 +1,27 @@
+"""The error raised when a data file or data set is missing, malformed or inconsistent."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["DataFormatError"]
+
+
+class DataFormatError(ValueError):
+    """A data file is missing, is not in the expected format, or disagrees with its partner file.
+
+    The message always names the file (or directory), says what is wrong with it,
+    and ends with a "How to fix it:" line. It is a :class:`ValueError`, so code that
+    already catches ``ValueError`` keeps working.
+    """
+
+
+def _format_error(path: str | os.PathLike | None, problem: str, fix: str) -> DataFormatError:
+    """Build (not raise) a DataFormatError whose text is "<path>: <problem>\\nHow to fix it: <fix>"."""
+    where = f"{os.fspath(path)}: " if path is not None else ""
+    return DataFormatError(f"{where}{problem}\nHow to fix it: {fix}")
+
+
+def _plural(n: int, word: str) -> str:
+    """Count and noun for a message: 1 byte, 2 bytes."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"

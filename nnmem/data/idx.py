@@ -1,0 +1,218 @@
+"""MNIST IDX files: read and write them (raw or gzip-compressed), and load an MNIST-style set.
+
+The IDX format (http://yann.lecun.com/exdb/mnist/):
+
+    bytes 0-1   0x00 0x00                     magic
+    byte  2     type code                     0x08 uint8, 0x09 int8, 0x0B int16,
+                                              0x0C int32, 0x0D float32, 0x0E float64
+    byte  3     ndim                          number of dimensions (>= 1)
+    then        ndim x uint32, big-endian     the size of each dimension
+    then        prod(dims) values, big-endian, row-major (C order), nothing after them
+
+Files may be gzip-compressed as distributed (``train-images-idx3-ubyte.gz``); the
+reader recognises gzip by its magic bytes 1f 8b, whatever the file is called.
+"""
+
+from __future__ import annotations
+
+import gzip as _gzip
+import math
+import os
+import zlib
+
+import numpy as np
+
+from .errors import _format_error, _plural
+
+__all__ = ["read_idx", "write_idx", "load_mnist", "IDX_TYPES"]
+
+#: IDX type code -> big-endian NumPy dtype of the stored values.
+IDX_TYPES: dict[int, np.dtype] = {
+    0x08: np.dtype(">u1"),
+    0x09: np.dtype(">i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+_TYPE_NAMES = {0x08: "uint8", 0x09: "int8", 0x0B: "int16", 0x0C: "int32", 0x0D: "float32", 0x0E: "float64"}
+_CODE_OF = {np.dtype(name): code for code, name in _TYPE_NAMES.items()}
+_ACCEPTED_TYPES = ", ".join(f"0x{code:02X} ({name})" for code, name in _TYPE_NAMES.items())
+_GZIP_MAGIC = b"\x1f\x8b"
+_REFETCH = "download the file again (the copy on disk is damaged or incomplete)"
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """Read an IDX file (raw or gzip-compressed) into a native-endian, writable NumPy array.
+
+    Returns an array of the shape stored in the header, with dtype uint8, int8,
+    int16, int32, float32 or float64 following the type code. MNIST image files
+    give uint8 (N, 28, 28), label files uint8 (N,).
+
+    Raises :class:`DataFormatError` (naming the file, the problem and a fix) when the
+    file is not IDX (bad magic), has an unknown type code, holds fewer data bytes than
+    its header announces (truncated) or more (trailing bytes), or is a broken gzip
+    stream. A missing file raises the usual FileNotFoundError.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] == _GZIP_MAGIC:
+        try:
+            data = _gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise _format_error(
+                path,
+                f"the file starts like gzip (bytes 1f 8b) but cannot be decompressed: {exc}.",
+                _REFETCH + "; `gzip -t FILE` checks a gzip file.",
+            ) from None
+    if len(data) < 4:
+        raise _format_error(
+            path,
+            f"not an IDX file: only {_plural(len(data), 'byte')} (after any gzip decompression), "
+            "but the IDX header alone is at least 4 bytes.",
+            _REFETCH + ".",
+        )
+    if data[0] != 0 or data[1] != 0:
+        raise _format_error(
+            path,
+            f"not an IDX file: bad magic, the first bytes are {data[:4].hex(' ')} but an IDX file "
+            "starts with 00 00 <type> <ndim>.",
+            "pass an MNIST IDX file such as train-images-idx3-ubyte or train-images-idx3-ubyte.gz; "
+            "this error is typical of a saved HTML error page or of another format (PNG, CSV, NumPy).",
+        )
+    code, ndim = data[2], data[3]
+    if code not in IDX_TYPES:
+        raise _format_error(
+            path,
+            f"unknown IDX type code 0x{code:02X} in byte 2 of the header; the known codes are {_ACCEPTED_TYPES}.",
+            _REFETCH + ", or convert the data to one of the known types.",
+        )
+    if ndim == 0:
+        raise _format_error(
+            path,
+            "the IDX header says 0 dimensions (byte 3); an IDX file has at least one.",
+            _REFETCH + ".",
+        )
+    header = 4 + 4 * ndim
+    if len(data) < header:
+        raise _format_error(
+            path,
+            f"truncated header: {ndim} dimensions need a {header}-byte header, found only "
+            f"{_plural(len(data), 'byte')} in the file.",
+            _REFETCH + ".",
+        )
+    shape = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
+    dtype = IDX_TYPES[code]
+    expected = math.prod(shape) * dtype.itemsize
+    found = len(data) - header
+    described = f"shape {shape} of {_TYPE_NAMES[code]}"
+    if found < expected:
+        raise _format_error(
+            path,
+            f"truncated data: the header announces {described}, which needs {expected} bytes after the "
+            f"{header}-byte header, but only {found} are there ({expected - found} missing).",
+            _REFETCH + "; an interrupted download is the usual cause.",
+        )
+    if found > expected:
+        raise _format_error(
+            path,
+            f"trailing bytes: the header announces {described}, which needs {expected} bytes after the "
+            f"{header}-byte header, but {found} are there ({found - expected} extra).",
+            _REFETCH + "; if you wrote the file yourself, check the dimensions written in its header.",
+        )
+    values = np.frombuffer(data, dtype=dtype, count=expected // dtype.itemsize, offset=header)
+    return values.astype(dtype.newbyteorder("=")).reshape(shape)
+
+
+def write_idx(path: str | os.PathLike, array, gzip: bool = False) -> str:
+    """Write ``array`` as an IDX file at ``path``; gzip-compress it when ``gzip=True``.
+
+    array: at least 1-D, dtype uint8, int8, int16, int32, float32 or float64
+           (other dtypes raise TypeError: convert first, e.g. ``array.astype(np.uint8)``);
+           at most 255 dimensions, each < 2**32.
+    The compressed form does not depend on the time of writing (gzip mtime 0).
+    Returns the path written, as a str.
+    """
+    array = np.asarray(array)
+    code = _CODE_OF.get(array.dtype.newbyteorder("="))
+    if code is None:
+        raise TypeError(
+            f"write_idx: dtype {array.dtype} has no IDX type code; use one of "
+            f"{', '.join(_TYPE_NAMES.values())} (e.g. array.astype(np.uint8))"
+        )
+    if not 1 <= array.ndim <= 255:
+        raise ValueError(f"write_idx: IDX stores 1 to 255 dimensions, got an array of shape {array.shape}")
+    if any(d >= 2**32 for d in array.shape):
+        raise ValueError(f"write_idx: every dimension must be < 2**32, got shape {array.shape}")
+    header = bytes([0, 0, code, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
+    payload = header + np.ascontiguousarray(array, dtype=IDX_TYPES[code]).tobytes()
+    if gzip:
+        payload = _gzip.compress(payload, mtime=0)
+    with open(path, "wb") as f:
+        f.write(payload)
+    return os.fspath(path)
+
+
+def _find(directory: str, base: str) -> str | None:
+    for name in (base, base + ".gz"):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def load_mnist(directory: str | os.PathLike, kind: str = "train") -> tuple[np.ndarray, np.ndarray]:
+    """Load one part of an MNIST-style data set (MNIST, Fashion-MNIST, ...) from its IDX files.
+
+    directory: folder holding ``{kind}-images-idx3-ubyte`` and ``{kind}-labels-idx1-ubyte``,
+               each either raw or gzip-compressed with a ``.gz`` suffix (the raw name wins
+               when both exist).
+    kind:      "train" (60000 images for MNIST) or "t10k" (the 10000 test images).
+
+    Returns (x, y): x float32 (N, 1, H, W) in [0, 1] (stored bytes divided by 255;
+    H = W = 28 for MNIST), y int32 (N,).
+
+    Raises :class:`DataFormatError` when a file is missing (listing the names looked for),
+    is not valid IDX (see :func:`read_idx`), has the wrong shape or type for images
+    (uint8, 3-D) or labels (uint8, 1-D), or when image and label counts differ.
+    """
+    if kind not in ("train", "t10k"):
+        raise ValueError(f'load_mnist: kind must be "train" or "t10k", got {kind!r}')
+    directory = os.fspath(directory)
+    bases = (f"{kind}-images-idx3-ubyte", f"{kind}-labels-idx1-ubyte")
+    found = [_find(directory, base) for base in bases]
+    missing = [base for base, path in zip(bases, found) if path is None]
+    if missing:
+        looked = "; ".join(f"{base} or {base}.gz" for base in missing)
+        where = "" if os.path.isdir(directory) else " (the directory does not exist)"
+        raise _format_error(
+            directory,
+            f"MNIST {kind} files not found{where}: looked for {looked}.",
+            f"put the MNIST files (from http://yann.lecun.com/exdb/mnist/ or a mirror) in {directory}, "
+            "gzip-compressed or not, keeping their original names.",
+        )
+    images_path, labels_path = found
+    images, labels = read_idx(images_path), read_idx(labels_path)
+    if images.ndim != 3 or images.dtype != np.uint8:
+        raise _format_error(
+            images_path,
+            f"expected uint8 images of shape (N, H, W), found {images.dtype} of shape {images.shape}.",
+            "check that this is an image file (...-images-idx3-ubyte) and not a label file.",
+        )
+    if labels.ndim != 1 or labels.dtype != np.uint8:
+        raise _format_error(
+            labels_path,
+            f"expected uint8 labels of shape (N,), found {labels.dtype} of shape {labels.shape}.",
+            "check that this is a label file (...-labels-idx1-ubyte) and not an image file.",
+        )
+    if images.shape[0] != labels.shape[0]:
+        raise _format_error(
+            directory,
+            f"count mismatch: {os.path.basename(images_path)} holds {images.shape[0]} images but "
+            f"{os.path.basename(labels_path)} holds {labels.shape[0]} labels.",
+            "use an image file and a label file of the same release and part (both train or both t10k); "
+            "download the one that is wrong again.",
+        )
+    x = images.astype(np.float32)[:, None, :, :]
+    x /= np.float32(255.0)
+    return x, labels.astype(np.int32)

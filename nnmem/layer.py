@@ -1,0 +1,318 @@
+"""Layers: SINGA's stateful building blocks, lazily initialised from their first input.
+
+A layer creates its parameters the first time it is called, from the input's shape, dtype and
+device (so ``Linear(500)`` needs no input size). Sub-layers and tensors assigned as attributes
+are registered in assignment order, and named with dots: ``conv1.W``, ``bn1.running_mean``.
+"""
+import math
+
+import numpy as np
+
+from nnmem import autograd
+from nnmem.tensor import Tensor
+
+
+class Layer:
+    sep = "."
+
+    def __init__(self):
+        self.__dict__.update(name=None, _parent=None, _layers={}, _params={}, _states={},
+                             _initialized=False)
+
+    # -- registration ----------------------------------------------------------------------
+    def __setattr__(self, name, value):
+        if isinstance(value, Layer):
+            self._layers[name] = value
+            value.__dict__.update(_parent=self, name=name)
+        elif isinstance(value, Tensor) and not name.startswith("_"):
+            # Learned tensors (stores_grad) are parameters; others (running stats) are states.
+            kind = "parameter" if value.stores_grad else "state"
+            (self._params if value.stores_grad else self._states)[name] = value
+            prefix = self.full_name()
+            value.block.desc = f"{kind} {prefix + self.sep if prefix else ''}{name} " \
+                               f"{value.shape} {value.dtype}"
+        object.__setattr__(self, name, value)
+
+    def register_layers(self, *layers):
+        """Register sub-layers kept in a list (SINGA): named ClassName_index, in order.
+        A single dict argument registers them under its keys."""
+        if len(layers) == 1 and isinstance(layers[0], dict):
+            items = layers[0].items()
+        else:
+            items = ((f"{type(v).__name__}_{i}", v) for i, v in enumerate(layers))
+        for name, value in items:
+            if not isinstance(value, Layer):
+                raise TypeError(f"register_layers: {name} is a {type(value).__name__}, not a Layer")
+            self._layers[name] = value
+            value.__dict__.update(_parent=self, name=name)
+
+    def full_name(self):
+        """The dotted path from the outermost named layer, e.g. "block1.conv2"."""
+        parts, layer = [], self
+        while layer is not None and layer.name is not None:
+            parts.append(layer.name)
+            layer = layer._parent
+        return self.sep.join(reversed(parts))
+
+    # -- calling ----------------------------------------------------------------------------
+    def initialize(self, *inputs):
+        """Create parameters from the first inputs (override in layers that have any)."""
+
+    def forward(self, *inputs):
+        raise NotImplementedError
+
+    def __call__(self, *inputs, **kwargs):
+        if not self._initialized:
+            self.initialize(*inputs)
+            self.__dict__["_initialized"] = True
+        name = self.full_name()
+        if not name:
+            return self.forward(*inputs, **kwargs)
+        with autograd.name_scope(name):
+            return self.forward(*inputs, **kwargs)
+
+    # -- parameters and states ------------------------------------------------------------------
+    def _named(self, kind, prefix=""):
+        out = {}
+        for attr, t in getattr(self, kind).items():
+            t.name = prefix + attr
+            out[t.name] = t
+        for name, sub in self._layers.items():
+            out.update(sub._named(kind, prefix + name + self.sep))
+        return out
+
+    def get_params(self):
+        """{dotted name: Tensor} of every learned parameter, this layer's then sub-layers'."""
+        return self._named("_params")
+
+    def get_states(self):
+        """Parameters plus the other persistent tensors (e.g. BatchNorm running statistics)."""
+        states = self._named("_params")
+        states.update(self._named("_states"))
+        return states
+
+    def set_params(self, parameters):
+        """Copy values (Tensors or NumPy arrays) into the parameters of the same names."""
+        self._set(self.get_params(), parameters)
+
+    def set_states(self, states):
+        self._set(self.get_states(), states)
+
+    @staticmethod
+    def _set(mine, values):
+        unknown = sorted(set(values) - set(mine))
+        if unknown:
+            raise KeyError(f"no parameter or state named {unknown}; this layer has {sorted(mine)}")
+        arrays = {k: v if isinstance(v, np.ndarray) else _to_numpy(v) for k, v in values.items()}
+        for k, a in arrays.items():  # check all before writing any: a failure changes nothing
+            if a.shape != mine[k].shape:
+                raise ValueError(f"{k}: value of shape {a.shape}, parameter has {mine[k].shape}")
+        for k, a in arrays.items():
+            mine[k].copy_from_numpy(a.astype(mine[k].dtype, copy=False))
+
+
+def _to_numpy(t):
+    from nnmem.tensor import to_numpy
+    return to_numpy(t)
+
+
+def _param(shape, x, requires_grad=True):
+    """A parameter (stores_grad) or a state tensor on x's device with x's float dtype."""
+    return Tensor(shape, x.device, x.dtype, requires_grad=requires_grad,
+                  stores_grad=requires_grad)
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+class Linear(Layer):
+    """y = x W + b. Linear(out_features) or Linear(in_features, out_features) (SINGA)."""
+
+    def __init__(self, out_features, *args, bias=True, **kwargs):
+        super().__init__()
+        self.in_features = None
+        if args:
+            self.in_features, out_features = out_features, args[0]
+        self.out_features, self.bias = out_features, bias
+
+    def initialize(self, x):
+        if x.ndim() != 2:
+            raise ValueError(f"{self.full_name() or 'Linear'}: input of shape {x.shape}; Linear "
+                             "takes (batch, features): put a Flatten before it")
+        if self.in_features is not None and x.shape[1] != self.in_features:
+            raise ValueError(f"{self.full_name() or 'Linear'}: declared in_features="
+                             f"{self.in_features} but the input has {x.shape[1]} features")
+        self.in_features = x.shape[1]
+        std = math.sqrt(2.0 / (self.in_features + self.out_features))
+        self.W = _param((self.in_features, self.out_features), x).gaussian(0.0, std)
+        if self.bias:
+            self.b = _param((self.out_features,), x).set_value(0.0)
+
+    def forward(self, x):
+        if x.ndim() != 2 or x.shape[1] != self.in_features:
+            raise ValueError(f"{self.full_name() or 'Linear'}: input of shape {x.shape}, expected "
+                             f"(batch, {self.in_features})")
+        y = autograd.matmul(x, self.W)
+        return autograd.add_bias(y, self.b) if self.bias else y
+
+
+class Conv2d(Layer):
+    """2-D convolution. Conv2d(nb_kernels, kernel_size, ...) or Conv2d(in_channels, nb_kernels,
+    kernel_size, stride, padding) (SINGA). activation="RELU" appends a ReLU. algorithm is
+    "auto" (fastest that fits the free memory), "gemm" or "direct"."""
+
+    def __init__(self, nb_kernels, kernel_size, *args, stride=1, padding=0, dilation=1, group=1,
+                 bias=True, pad_mode="NOTSET", activation="NOTSET", algorithm="auto", **kwargs):
+        super().__init__()
+        self.in_channels = None
+        if args:
+            self.in_channels, nb_kernels, kernel_size = nb_kernels, kernel_size, args[0]
+        if len(args) > 1:
+            stride = args[1]
+        if len(args) > 2:
+            padding = args[2]
+        if dilation != 1 or group != 1 or pad_mode != "NOTSET":
+            raise NotImplementedError("Conv2d: dilation, group and pad_mode are not supported yet;"
+                                      " use dilation=1, group=1 and explicit padding")
+        if activation not in ("NOTSET", "RELU"):
+            raise ValueError(f"Conv2d: activation {activation!r}; use 'RELU' or 'NOTSET'")
+        self.nb_kernels, self.kernel_size = nb_kernels, _pair(kernel_size)
+        self.stride, self.padding = _pair(stride), _pair(padding)
+        self.bias, self.activation, self.algorithm = bias, activation, algorithm
+
+    def initialize(self, x):
+        if x.ndim() != 4:
+            raise ValueError(f"{self.full_name() or 'Conv2d'}: input of shape {x.shape}; Conv2d "
+                             "takes (N, C, H, W)")
+        if self.in_channels is not None and x.shape[1] != self.in_channels:
+            raise ValueError(f"{self.full_name() or 'Conv2d'}: declared {self.in_channels} input "
+                             f"channels but the input {x.shape} has {x.shape[1]}")
+        self.in_channels = x.shape[1]
+        kh, kw = self.kernel_size
+        std = math.sqrt(2.0 / (self.in_channels * kh * kw + self.nb_kernels))
+        self.W = _param((self.nb_kernels, self.in_channels, kh, kw), x).gaussian(0.0, std)
+        if self.bias:
+            self.b = _param((self.nb_kernels,), x).set_value(0.0)
+
+    def forward(self, x):
+        if x.ndim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f"{self.full_name() or 'Conv2d'}: input of shape {x.shape}, expected "
+                             f"(N, {self.in_channels}, H, W)")
+        y = autograd.conv2d(x, self.W, self.b if self.bias else None, self.stride, self.padding,
+                            self.algorithm)
+        return autograd.relu(y) if self.activation == "RELU" else y
+
+
+class _Pooling2d(Layer):
+    is_max = True
+
+    def __init__(self, kernel_size, stride=None, padding=0, **kwargs):
+        super().__init__()
+        self.kernel_size = _pair(kernel_size)
+        self.stride = self.kernel_size if stride is None else _pair(stride)
+        self.padding = _pair(padding)
+
+    def forward(self, x):
+        return autograd.pooling_2d(x, self.kernel_size, self.stride, self.padding, self.is_max)
+
+
+class MaxPool2d(_Pooling2d):
+    """Max over kernel_size windows; stride defaults to kernel_size."""
+
+
+class AvgPool2d(_Pooling2d):
+    """Mean over kernel_size windows (padded zeros count); stride defaults to kernel_size."""
+    is_max = False
+
+
+class BatchNorm2d(Layer):
+    """Batch normalisation per channel; parameters scale, bias; states running_mean/var.
+    BatchNorm2d(momentum=0.9) or BatchNorm2d(num_features, momentum=0.9) (SINGA)."""
+
+    def __init__(self, *args, momentum=0.9, eps=1e-5):
+        super().__init__()
+        self.num_features = args[0] if args else None
+        self.momentum, self.eps = momentum, eps
+
+    def initialize(self, x):
+        if x.ndim() != 4:
+            raise ValueError(f"{self.full_name() or 'BatchNorm2d'}: input of shape {x.shape}; "
+                             "BatchNorm2d takes (N, C, H, W)")
+        c = x.shape[1]
+        if self.num_features is not None and c != self.num_features:
+            raise ValueError(f"{self.full_name() or 'BatchNorm2d'}: declared {self.num_features} "
+                             f"features but the input {x.shape} has {c} channels")
+        self.num_features = c
+        self.scale = _param((c,), x).set_value(1.0)
+        self.bias = _param((c,), x).set_value(0.0)
+        self.running_mean = _param((c,), x, requires_grad=False).set_value(0.0)
+        self.running_var = _param((c,), x, requires_grad=False).set_value(1.0)
+
+    def forward(self, x):
+        return autograd.batchnorm_2d(x, self.scale, self.bias, self.running_mean,
+                                     self.running_var, self.momentum, self.eps)
+
+
+class ReLU(Layer):
+    def forward(self, x):
+        return autograd.relu(x)
+
+
+class Sigmoid(Layer):
+    def forward(self, x):
+        return autograd.sigmoid(x)
+
+
+class Flatten(Layer):
+    """(N, d1, d2, ...) -> (N, d1*d2*...) for axis=1 (a view, no copy)."""
+
+    def __init__(self, axis=1):
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, x):
+        return autograd.flatten(x, self.axis)
+
+
+class Dropout(Layer):
+    """Zero each element with probability `ratio` in training, scaling the rest by 1/(1-ratio)."""
+
+    def __init__(self, ratio=0.5):
+        super().__init__()
+        self.ratio = ratio
+
+    def forward(self, x):
+        return autograd.dropout(x, self.ratio)
+
+
+class Add(Layer):
+    """y = a + b (residual joins)."""
+
+    def forward(self, a, b):
+        return autograd.add(a, b)
+
+
+class Cat(Layer):
+    """Concatenate tensors along `axis` (fan joins)."""
+
+    def __init__(self, axis=1):
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, xs):
+        return autograd.cat(xs, self.axis)
+
+
+class SoftMaxCrossEntropy(Layer):
+    """Mean cross-entropy of softmax(x) against class ids (B,) or one-hot rows (B, C)."""
+
+    def forward(self, x, t):
+        return autograd.softmax_cross_entropy(x, t)
+
+
+class MeanSquareError(Layer):
+    """0.5 * sum((x - t)^2) / batch."""
+
+    def forward(self, x, t):
+        return autograd.mse_loss(x, t)

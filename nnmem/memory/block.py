@@ -1,0 +1,66 @@
+"""Block: a lazily allocated, reference-counted handle to bytes in a device's pool.
+
+Memory contract
+- A Block is created with a size and no bytes (lazy allocation). It takes its bytes from the
+  pool the first time an operation is about to write it (``ensure_allocated``).
+- Every Tensor that refers to the block holds one reference (``inc_ref``). When the last
+  reference goes (``dec_ref`` reaches 0) the bytes go back to the pool at once, so the next
+  request of a similar size can reuse them (memory sharing through the pool).
+- Reading a block that was never written is a bug in the caller (the bytes would be garbage):
+  it raises instead of returning garbage.
+"""
+import numpy as np
+
+
+class UnwrittenBlockError(RuntimeError):
+    """An operation read a tensor whose block was never written."""
+
+
+class Block:
+    __slots__ = ("pool", "nbytes", "offset", "ref_count", "desc", "__weakref__")
+
+    def __init__(self, pool, nbytes, desc=""):
+        self.pool = pool
+        self.nbytes = int(nbytes)
+        self.offset = None  # no bytes yet: allocated on first write
+        self.ref_count = 0
+        self.desc = desc  # who made it, for the out-of-memory report and the timeline
+
+    @property
+    def allocated(self):
+        return self.offset is not None
+
+    def ensure_allocated(self):
+        """Give the block its bytes if it has none yet (the lazy allocation point)."""
+        if self.offset is None:
+            self.offset = self.pool.alloc(self.nbytes, owner=self)
+
+    def check_written(self):
+        if self.offset is None:
+            raise UnwrittenBlockError(
+                f"read of {self} before anything wrote it; write it first "
+                "(copy_from_numpy, set_value, gaussian, or an operation's output)")
+
+    def array(self, shape, dtype):
+        """A NumPy view of the block's bytes as `shape` and `dtype` (no copy)."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        raw = self.pool.view(self.offset, count * dtype.itemsize)
+        return raw.view(dtype).reshape(shape)
+
+    def inc_ref(self):
+        self.ref_count += 1
+
+    def dec_ref(self):
+        self.ref_count -= 1
+        if self.ref_count == 0:
+            self.release()
+
+    def release(self):
+        """Return the bytes to the pool; the block may be written (and allocated) again later."""
+        if self.offset is not None:
+            self.pool.free(self.offset)
+            self.offset = None
+
+    def __str__(self):
+        return self.desc or f"block of {self.nbytes} bytes"

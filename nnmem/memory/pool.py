@@ -1,0 +1,277 @@
+"""A preallocated memory pool: one big byte arena carved up by a heap allocator.
+
+This is the idea behind SuperNeurons' heap pool and PyTorch's caching allocator:
+ask the operating system for memory *once*, then serve every tensor from that
+arena with cheap bookkeeping instead of a fresh malloc/free per tensor.
+
+The memory contract
+-------------------
+* The arena is ``capacity`` bytes, allocated up front; its base address is a
+  multiple of ``alignment`` and so is every block's offset and size, so each
+  block starts suitably aligned for any dtype (and for SIMD loads).
+* A block is identified by its byte offset in the arena. ``alloc`` returns it,
+  ``free`` takes it back, ``view`` turns it into a numpy array without copying.
+* The arena is always partitioned exactly into live blocks and free segments;
+  two free segments are never adjacent (``free`` coalesces them at once).
+* The pool keeps only a weak reference to a block's owner where it can, so
+  the pool never keeps a tensor alive; the owner frees its block.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+import weakref
+
+import numpy as np
+
+from .errors import OutOfMemory
+
+__all__ = ["ALIGNMENT", "STRATEGIES", "Pool"]
+
+ALIGNMENT = 256  # bytes; like cudaMalloc's guarantee. Every block offset and size is a multiple.
+STRATEGIES = ("best_fit", "first_fit")
+
+
+def _round_up(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+class Pool:
+    """A preallocated byte arena with a heap allocator: split on alloc, coalesce on free.
+
+    ``strategy`` picks the free segment a request is carved from:
+
+    * ``"best_fit"``: the smallest free segment that fits (ties: lowest offset).
+      It leaves big segments whole for big requests.
+    * ``"first_fit"``: the lowest-offset free segment that fits. Simpler, and it
+      packs blocks towards the start of the arena.
+
+    ``capacity`` is rounded down to a multiple of ``alignment``.
+    """
+
+    def __init__(self, capacity: int, strategy: str = "best_fit", alignment: int = ALIGNMENT) -> None:
+        alignment = operator.index(alignment)
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise ValueError(f"Pool alignment must be a positive power of two, got {alignment}; use e.g. {ALIGNMENT}.")
+        capacity = operator.index(capacity)
+        if capacity < alignment:
+            raise ValueError(
+                f"Pool capacity {capacity} bytes is smaller than the alignment ({alignment} bytes), "
+                f"so not even one block fits; pass a capacity of at least {alignment} bytes "
+                f"(in practice many MiB, e.g. pool_bytes=256 * 2**20)."
+            )
+        if strategy not in STRATEGIES:
+            raise ValueError(f"Unknown pool strategy {strategy!r}; use one of {', '.join(map(repr, STRATEGIES))}.")
+        self.alignment = alignment
+        self.capacity = capacity - capacity % alignment
+        self.strategy = strategy
+
+        # Over-allocate by one alignment and slice so the arena's *address* is aligned,
+        # not only its offsets. np.empty only reserves address space: the OS maps a
+        # page on first write, so an idle arena costs (almost) no resident memory.
+        raw = np.empty(self.capacity + alignment, dtype=np.uint8)
+        skip = -raw.ctypes.data % alignment
+        self.arena = raw[skip : skip + self.capacity]  # a view; it keeps `raw` alive
+
+        # The id-to-block table: offset -> (size, requested bytes, owner, owner_is_weakref).
+        self._live: dict[int, tuple[int, int, object, bool]] = {}
+        # Free segments, indexed two ways so both policies and coalescing are cheap:
+        self._free_size: dict[int, int] = {}  # offset -> size
+        self._free_offsets: list[int] = []  # sorted offsets: first fit, and neighbours on free
+        self._free_by_size: list[tuple[int, int]] = []  # sorted (size, offset): best fit by bisect
+        self._add_free(0, self.capacity)
+
+        self._allocated = 0  # sum of live (rounded) sizes
+        self._requested = 0  # sum of live unrounded requests; the gap is alignment padding
+        self._peak = 0
+        self._num_allocs = 0
+        self._num_frees = 0
+
+    # -- free-segment index ---------------------------------------------------
+    # Each operation is a bisect plus a list insert/delete (a memmove of pointers):
+    # O(log n) comparisons, O(n) at C speed; nothing rebuilds from the live blocks.
+
+    def _add_free(self, offset: int, size: int) -> None:
+        self._free_size[offset] = size
+        bisect.insort(self._free_offsets, offset)
+        bisect.insort(self._free_by_size, (size, offset))
+
+    def _remove_free(self, offset: int) -> int:
+        size = self._free_size.pop(offset)
+        del self._free_offsets[bisect.bisect_left(self._free_offsets, offset)]
+        del self._free_by_size[bisect.bisect_left(self._free_by_size, (size, offset))]
+        return size
+
+    def _find_free(self, size: int) -> int | None:
+        """Offset of the free segment to carve `size` bytes from, or None if none fits."""
+        if self.strategy == "best_fit":
+            # (size, -1) sorts before every (size, offset): the first entry at or after
+            # it is the smallest segment >= size, lowest offset among equal sizes.
+            i = bisect.bisect_left(self._free_by_size, (size, -1))
+            return self._free_by_size[i][1] if i < len(self._free_by_size) else None
+        for offset in self._free_offsets:  # first fit: walk free segments by address
+            if self._free_size[offset] >= size:
+                return offset
+        return None
+
+    # -- allocation -----------------------------------------------------------
+
+    def alloc(self, nbytes: int, owner: object = None) -> int:
+        """Reserve ``round_up(max(nbytes, 1), alignment)`` bytes; return the block's offset.
+
+        ``owner`` describes who holds the block (``str(owner)`` appears in
+        out-of-memory reports). The pool keeps a weak reference to it when the
+        object supports one, else the object itself (e.g. a ``str``).
+
+        Raises :class:`OutOfMemory` when no free segment is large enough. A zero-byte
+        request still gets a block of its own, so every live tensor has a distinct id.
+        """
+        nbytes = operator.index(nbytes)
+        if nbytes < 0:
+            raise ValueError(f"Pool.alloc: cannot allocate a negative number of bytes ({nbytes}).")
+        size = _round_up(max(nbytes, 1), self.alignment)
+        offset = self._find_free(size)
+        if offset is None:
+            raise OutOfMemory(
+                request=size,
+                nbytes=nbytes,
+                free_bytes=self.capacity - self._allocated,
+                largest_free_block=self._largest_free(),
+                capacity=self.capacity,
+                live=self.live_blocks()[: OutOfMemory.MAX_LISTED],
+            )
+        # Split: the block takes the low end of the segment, the remainder stays free.
+        segment = self._remove_free(offset)
+        if segment > size:
+            self._add_free(offset + size, segment - size)
+
+        try:
+            ref, weak = weakref.ref(owner), True
+        except TypeError:  # None, str, int, tuple... cannot be weakly referenced
+            ref, weak = owner, False
+        self._live[offset] = (size, nbytes, ref, weak)
+
+        self._allocated += size
+        self._requested += nbytes
+        self._peak = max(self._peak, self._allocated)
+        self._num_allocs += 1
+        return offset
+
+    def free(self, offset: int) -> None:
+        """Return the block at ``offset`` to the pool, merging it with free neighbours.
+
+        Afterwards no two free segments are adjacent, so the largest free block is
+        as large as the layout allows. An offset that is not a live block (never
+        allocated, not a block start, or already freed) raises ValueError.
+        """
+        offset = operator.index(offset)
+        entry = self._live.pop(offset, None)
+        if entry is None:
+            raise ValueError(self._bad_offset("free", offset))
+        size, nbytes = entry[0], entry[1]
+        self._allocated -= size
+        self._requested -= nbytes
+        self._num_frees += 1
+
+        start, end = offset, offset + size
+        # Right neighbour: a free segment starting exactly where this block ends.
+        if end in self._free_size:
+            end += self._remove_free(end)
+        # Left neighbour: the free segment just below this offset, if it ends here.
+        i = bisect.bisect_left(self._free_offsets, offset)
+        if i > 0:
+            left = self._free_offsets[i - 1]
+            if left + self._free_size[left] == offset:
+                self._remove_free(left)
+                start = left
+        self._add_free(start, end - start)
+
+    def _bad_offset(self, op: str, offset: int) -> str:
+        """Explain why `offset` is not a live block (for the ValueError of free/view/size_of)."""
+        msg = f"Pool.{op}: offset {offset} is not a live block"
+        i = bisect.bisect_right(self._free_offsets, offset) - 1
+        if i >= 0:
+            seg = self._free_offsets[i]
+            if seg <= offset < seg + self._free_size[seg]:
+                return msg + f" (bytes [{seg}, {seg + self._free_size[seg]}) are free: a double free, or a stale offset?)."
+        if not 0 <= offset < self.capacity:
+            return msg + f" (outside the arena [0, {self.capacity}))."
+        return msg + " (it points inside a block but not at its start; pass the offset alloc() returned)."
+
+    # -- access ---------------------------------------------------------------
+
+    def size_of(self, offset: int) -> int:
+        """The (rounded) size in bytes of the live block at ``offset``."""
+        entry = self._live.get(offset)
+        if entry is None:
+            raise ValueError(self._bad_offset("size_of", offset))
+        return entry[0]
+
+    def view(self, offset: int, nbytes: int) -> np.ndarray:
+        """A uint8 view (no copy) of the first ``nbytes`` bytes of the live block at ``offset``.
+
+        Writing through the view writes the arena. The view stays valid memory after
+        ``free``, but the bytes may then belong to another block: use-after-free is
+        the owner's bug, exactly as with a raw pointer.
+        """
+        size = self.size_of(offset)
+        if not 0 <= nbytes <= size:
+            raise ValueError(f"Pool.view: {nbytes} bytes do not fit the {size}-byte block at offset {offset}.")
+        return self.arena[offset : offset + nbytes]
+
+    # -- statistics -----------------------------------------------------------
+
+    def _largest_free(self) -> int:
+        return self._free_by_size[-1][0] if self._free_by_size else 0
+
+    def stats(self) -> dict:
+        """Counters named like ``torch.cuda.memory_stats()``.
+
+        allocated_bytes.*  rounded sizes of live blocks (what the arena gives up)
+        requested_bytes.current  what callers asked for; the gap is alignment padding
+        reserved_bytes     the arena's capacity (the pool holds it all, used or not)
+        largest_free_block / free_segments  how fragmented the free space is
+        """
+        return {
+            "allocated_bytes.current": self._allocated,
+            "allocated_bytes.peak": self._peak,
+            "requested_bytes.current": self._requested,
+            "reserved_bytes": self.capacity,
+            "free_bytes": self.capacity - self._allocated,
+            "largest_free_block": self._largest_free(),
+            "num_allocs": self._num_allocs,
+            "num_frees": self._num_frees,
+            "active_blocks": len(self._live),
+            "free_segments": len(self._free_offsets),
+        }
+
+    def reset_peak(self) -> None:
+        """Start a new peak measurement: allocated_bytes.peak = allocated_bytes.current."""
+        self._peak = self._allocated
+
+    def segments(self) -> list[tuple[int, int, bool]]:
+        """The arena's layout as (offset, size, is_free), sorted by offset, covering [0, capacity)."""
+        out = [(off, entry[0], False) for off, entry in self._live.items()]
+        out += [(off, size, True) for off, size in self._free_size.items()]
+        out.sort()
+        return out
+
+    def live_blocks(self) -> list[tuple[int, int, object]]:
+        """Live blocks as (offset, size, owner), largest first (ties: lowest offset).
+
+        ``owner`` is None when it was None, or when its weak reference has died.
+        """
+        out = []
+        for off, (size, _nbytes, ref, weak) in self._live.items():
+            out.append((off, size, ref() if weak else ref))
+        out.sort(key=lambda b: (-b[1], b[0]))
+        return out
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (
+            f"Pool(capacity={self.capacity}, strategy={self.strategy!r}, "
+            f"allocated={s['allocated_bytes.current']}, active_blocks={s['active_blocks']}, "
+            f"free_segments={s['free_segments']})"
+        )

@@ -1,0 +1,163 @@
+"""Model: SINGA's user API. Subclass it, write ``forward`` and ``train_one_batch``, then
+``compile([tx], is_train=True, use_graph=True, sequential=False)`` and call ``model(tx, ty)``.
+
+``compile`` runs one forward pass on shapes alone (the device's dry run: no kernel, no memory)
+so that every lazily initialised layer creates its parameters, as SINGA's compile buffers one
+pass and discards it.
+"""
+import io
+import json
+import zipfile
+
+import numpy as np
+
+from nnmem import autograd
+from nnmem.layer import Layer
+from nnmem.tensor import Tensor, from_numpy
+
+
+class CheckpointError(ValueError):
+    """A file given to load_states is not a usable checkpoint for this model."""
+
+
+class _NoOptimizer:
+    def __call__(self, loss):
+        raise RuntimeError("this model has no optimizer: call model.set_optimizer(opt.SGD(lr=0.01)) "
+                           "before training")
+
+
+class Model(Layer):
+    TENSOR_DICT_FILENAME = "tensor_dict.npz"
+    STATES_ATTR_FILENAME = "states_attr.json"
+    MODEL_STATE_TYPE = 0
+    AUX_STATE_TYPE = 1
+
+    def __init__(self):
+        super().__init__()
+        self.training = True
+        self.graph_mode = False
+        self.sequential = False
+        self.initialized = False
+        self.optimizer = _NoOptimizer()
+
+    def set_optimizer(self, optimizer):
+        self.optimizer = optimizer
+
+    def compile(self, inputs, is_train=True, use_graph=False, sequential=False):
+        """Create the parameters from the inputs' shapes and fix the training mode.
+
+        use_graph / sequential are recorded; graph replay arrives in a later version (the step
+        runs eagerly meanwhile, with the same numbers)."""
+        if not inputs or not all(isinstance(t, Tensor) for t in inputs):
+            raise TypeError("compile(inputs): give a list of input tensors, e.g. [tx]")
+        dev = inputs[0].device
+        dev.dry_run = True
+        previous = autograd.training
+        autograd.training = is_train
+        try:
+            self.forward(*inputs)
+        finally:
+            dev.dry_run = False
+            autograd.training = previous
+        self.graph(use_graph, sequential)
+        self.train(is_train)
+        self.initialized = True
+
+    def graph(self, mode=True, sequential=False):
+        """Turn graph mode on or off, with serial (sequential=True) or BFS order."""
+        self.graph_mode, self.sequential = mode, sequential
+
+    def train(self, mode=True):
+        """Training mode: model(...) runs train_one_batch; autograd saves for backward."""
+        self.training = mode
+        autograd.training = mode
+
+    def eval(self):
+        """Inference mode: model(...) runs forward; BatchNorm uses its running statistics."""
+        self.train(False)
+
+    def forward(self, *inputs):
+        raise NotImplementedError("a Model subclass must define forward(self, x)")
+
+    def train_one_batch(self, *inputs, **kwargs):
+        raise NotImplementedError("a Model subclass must define train_one_batch(self, x, y)")
+
+    def __call__(self, *inputs, **kwargs):
+        if self.training:
+            # Refuse before running anything, so that BatchNorm statistics stay untouched.
+            if isinstance(self.optimizer, _NoOptimizer) and \
+                    "optimizer" in type(self).train_one_batch.__code__.co_names:
+                self.optimizer(None)
+            autograd.training = True
+            return self.train_one_batch(*inputs, **kwargs)
+        autograd.training = False
+        return self.forward(*inputs, **kwargs)
+
+    # -- checkpoints in SINGA's format --------------------------------------------------------
+    def save_states(self, fpath, aux_states=None):
+        """Write a zip holding tensor_dict.npz (every state as an array) and states_attr.json
+        (each state's type, shape and dtype). Overwrites `fpath`."""
+        aux_states = aux_states or {}
+        tensors, attrs = {}, {}
+        for kind, states in ((self.MODEL_STATE_TYPE, self.get_states()),
+                             (self.AUX_STATE_TYPE, aux_states)):
+            for name, t in states.items():
+                if not isinstance(t, Tensor):
+                    raise TypeError(f"save_states: {name} is a {type(t).__name__}, not a Tensor")
+                from nnmem.tensor import to_numpy
+                tensors[name] = to_numpy(t)
+                attrs[name] = {"state_type": kind, "shape": list(t.shape), "dtype": str(t.dtype)}
+        buffer = io.BytesIO()
+        np.savez(buffer, **tensors)
+        with zipfile.ZipFile(fpath, mode="w", compression=zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr(self.TENSOR_DICT_FILENAME, buffer.getvalue())
+            zf.writestr(self.STATES_ATTR_FILENAME, json.dumps(attrs))
+
+    def load_states(self, fpath):
+        """Read a checkpoint written by save_states (no pickle is ever loaded); set the model's
+        states and return the auxiliary states as {name: Tensor}. Everything is checked before
+        anything is written, so a bad file leaves the model as it was."""
+        mine = self.get_states()
+        if not mine:
+            raise CheckpointError("load_states: the model has no parameters yet; call "
+                                  "model.compile([tx], ...) first so that its layers create them")
+        arrays, attrs = _read_checkpoint(fpath, self.TENSOR_DICT_FILENAME,
+                                         self.STATES_ATTR_FILENAME)
+        model_keys = {k for k, a in attrs.items() if a.get("state_type") == self.MODEL_STATE_TYPE}
+        missing, unknown = sorted(set(mine) - model_keys), sorted(model_keys - set(mine))
+        if missing or unknown:
+            raise CheckpointError(f"{fpath}: the checkpoint does not match this model (missing "
+                                  f"{missing}, unexpected {unknown}); was it saved from another "
+                                  "model class or configuration?")
+        wrong = [f"{name} is {arrays[name].shape} {arrays[name].dtype} in the file but "
+                 f"{mine[name].shape} {mine[name].dtype} in the model" for name in sorted(model_keys)
+                 if (arrays[name].shape, arrays[name].dtype) != (mine[name].shape, mine[name].dtype)]
+        if wrong:
+            raise CheckpointError(f"{fpath}: " + "; ".join(wrong))
+        for name in model_keys:
+            mine[name].copy_from_numpy(arrays[name])
+        dev = next(iter(mine.values())).device
+        return {k: from_numpy(arrays[k], dev) for k in attrs if k not in model_keys}
+
+
+def _read_checkpoint(fpath, tensor_file, attr_file):
+    """The arrays and attributes of a checkpoint, or CheckpointError naming what is wrong."""
+    hint = "give a file written by Model.save_states"
+    try:
+        with zipfile.ZipFile(fpath) as zf:
+            names = set(zf.namelist())
+            if not {tensor_file, attr_file} <= names:
+                raise CheckpointError(f"{fpath}: a zip without {tensor_file} and {attr_file}; "
+                                      f"{hint}")
+            attrs = json.loads(zf.read(attr_file))
+            with np.load(io.BytesIO(zf.read(tensor_file)), allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"{fpath}: not a readable checkpoint ({type(e).__name__}: {e}); "
+                              f"{hint}") from e
+    if not isinstance(attrs, dict) or set(attrs) != set(arrays):
+        raise CheckpointError(f"{fpath}: {attr_file} and {tensor_file} list different tensors; "
+                              f"the file is corrupt or foreign; {hint}")
+    return arrays, attrs

@@ -1,0 +1,43 @@
+"""Activations: ReLU and Sigmoid. Both save their output, not their input: the gradient can be
+written from y alone (relu: dy * [y > 0]; sigmoid: dy * y * (1 - y))."""
+from nnmem.autograd import Operator
+from nnmem.kernels import cpu as K
+from nnmem.ops.arith import flat
+
+
+class _Activation(Operator):
+    kernel_forward = kernel_backward = None
+
+    def forward(self, x):
+        y = self.output(x.shape, x.dtype)
+        fwd = type(self).kernel_forward
+        self.run(lambda: fwd(flat(y), flat(x)), reads=(x,), writes=(y,))
+        self.save(y)
+        return y
+
+    def backward(self, dy):
+        (y,) = self.saved
+        dx = self.output(dy.shape, dy.dtype)
+        bwd = type(self).kernel_backward
+        self.run(lambda: bwd(flat(dx), flat(dy), flat(y)), reads=(dy, y), writes=(dx,))
+        return dx
+
+
+class ReLU(_Activation):
+    """y = max(x, 0)."""
+    kernel_forward = staticmethod(K.relu_forward)
+    kernel_backward = staticmethod(K.relu_backward)
+
+
+class Sigmoid(_Activation):
+    """y = 1 / (1 + exp(-x))."""
+    kernel_forward = staticmethod(K.sigmoid_forward)
+    kernel_backward = staticmethod(K.sigmoid_backward)
+
+
+def relu(x):
+    return ReLU()(x)
+
+
+def sigmoid(x):
+    return Sigmoid()(x)

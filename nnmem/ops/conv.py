@@ -1,0 +1,111 @@
+"""2-D convolution (NCHW, cross-correlation as in every DL framework), with a bias.
+
+Two algorithms: "gemm" (im2col + one large matrix product per chunk of samples: fast, needs a
+workspace) and "direct" (loops, no workspace). With algorithm="auto" the operator gives the
+gemm algorithm as many samples per chunk as the pool's free memory allows and falls back to
+direct when not even one sample's workspace fits: the algorithm follows the memory free at
+this step (SuperNeurons, section on convolution workspaces).
+"""
+from nnmem.autograd import Operator
+from nnmem.kernels import cpu as K
+
+#: Upper bound on one convolution's workspace; beyond it more, smaller GEMMs cost little.
+WORKSPACE_LIMIT_BYTES = 256 * 2**20
+ALGORITHMS = ("auto", "gemm", "direct")
+
+
+class Conv2d(Operator):
+    """y[n,o] = sum_c W[o,c] (*) x[n,c] + b[o]  with stride and zero padding."""
+
+    def __init__(self, stride=(1, 1), padding=(0, 0), algorithm="auto"):
+        super().__init__()
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"conv2d: unknown algorithm {algorithm!r}; choose one of {ALGORITHMS}")
+        self.stride, self.padding, self.algorithm = tuple(stride), tuple(padding), algorithm
+
+    def forward(self, x, W, b=None):
+        if x.ndim() != 4 or W.ndim() != 4 or x.shape[1] != W.shape[1]:
+            raise ValueError(f"conv2d: input {x.shape} and filters {W.shape}; need (N, C, H, W) "
+                             f"and (O, C, KH, KW) with the same C")
+        n, c, h, w = x.shape
+        o, _, kh, kw = W.shape
+        (sh, sw), (ph, pw) = self.stride, self.padding
+        if h + 2 * ph < kh or w + 2 * pw < kw:
+            raise ValueError(f"conv2d: a {kh}x{kw} kernel does not fit the {h}x{w} input "
+                             f"(padding {self.padding}); use a smaller kernel or more padding")
+        out_shape = K.conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw)
+        self.geometry = (c, h, w, o, kh, kw)
+        self.has_bias = b is not None
+        y = self.output(out_shape, x.dtype)
+        ws = self._workspace(n, x.dtype, extra_bytes=y.memsize())
+        if ws is None:
+            fn = lambda: K.conv2d_forward_direct(y.raw, x.raw, W.raw, sh, sw, ph, pw)  # noqa: E731
+        else:
+            fn = lambda: K.conv2d_forward_gemm(y.raw, x.raw, W.raw, ws.raw, sh, sw, ph, pw)  # noqa: E731
+        self.run(fn, reads=(x, W), writes=(y,) + ((ws,) if ws is not None else ()))
+        if b is not None:
+            self.run(lambda: K.add_bias_nchw(y.raw, b.raw), reads=(b, y), writes=(y,))
+        self.save(x if self.needs_grad[1] else None, W if self.needs_grad[0] else None)
+        return y
+
+    def backward(self, dy):
+        x, W = self.saved
+        (sh, sw), (ph, pw) = self.stride, self.padding
+        n = dy.shape[0]
+        dx = dW = db = None
+        grads_bytes = 0
+        if self.needs_grad[0]:
+            dx = self.output((n,) + self.geometry[:3], dy.dtype)
+            grads_bytes += dx.memsize()
+        if self.needs_grad[1]:
+            dW = self.output(W.shape if W is not None else
+                             (self.geometry[3], self.geometry[0]) + self.geometry[4:], dy.dtype)
+            grads_bytes += dW.memsize()
+        ws = self._workspace(n, dy.dtype, extra_bytes=grads_bytes)
+        ws_w = (ws,) if ws is not None else ()
+        if dx is not None:
+            if ws is None:
+                fn = lambda: K.conv2d_backward_data_direct(dx.raw, dy.raw, W.raw, sh, sw, ph, pw)  # noqa: E731
+            else:
+                fn = lambda: K.conv2d_backward_data_gemm(dx.raw, dy.raw, W.raw, ws.raw, sh, sw, ph, pw)  # noqa: E731
+            self.run(fn, reads=(dy, W), writes=(dx,) + ws_w)
+        if dW is not None:
+            if ws is None:
+                fn = lambda: K.conv2d_backward_filter_direct(dW.raw, dy.raw, x.raw, sh, sw, ph, pw)  # noqa: E731
+            else:
+                fn = lambda: K.conv2d_backward_filter_gemm(dW.raw, dy.raw, x.raw, ws.raw, sh, sw, ph, pw)  # noqa: E731
+            self.run(fn, reads=(dy, x), writes=(dW,) + ws_w)
+        if self.has_bias and self.needs_grad[2]:
+            db = self.output((self.geometry[3],), dy.dtype)
+            self.run(lambda: K.bias_grad_nchw(db.raw, dy.raw), reads=(dy,), writes=(db,))
+        return (dx, dW, db) if self.has_bias else (dx, dW)
+
+    def _workspace(self, n, dtype, extra_bytes):
+        """The gemm workspace tensor sized to the free memory, or None for the direct algorithm.
+
+        `extra_bytes` are the outputs still to be allocated at this step: the workspace must
+        leave room for them."""
+        if self.algorithm == "direct":
+            return None
+        c, h, w, o, kh, kw = self.geometry
+        (sh, sw), (ph, pw) = self.stride, self.padding
+        per_sample = K.conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw)
+        itemsize = dtype.itemsize
+        samples = n
+        if self.algorithm == "auto":
+            free = self.device.pool.stats()["largest_free_block"] - extra_bytes
+            budget = min(free, WORKSPACE_LIMIT_BYTES)
+            samples = min(n, max(budget, 0) // (per_sample * itemsize))
+            if samples == 0:
+                return None
+        return self.output((samples * per_sample,), dtype)
+
+
+def conv2d(x, W, b=None, stride=1, padding=0, algorithm="auto"):
+    """Functional form: conv2d(x, W, b, stride, padding)."""
+    op = Conv2d(_pair(stride), _pair(padding), algorithm)
+    return op(x, W) if b is None else op(x, W, b)
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)

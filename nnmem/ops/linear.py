@@ -1,0 +1,59 @@
+"""Dense algebra: y = x @ W (Matmul) and y = x + b broadcast over rows (AddBias)."""
+from nnmem.autograd import Operator
+from nnmem.kernels import cpu as K
+from nnmem.ops.arith import flat
+
+
+class Matmul(Operator):
+    """y = a @ b for 2-D a (n, k) and b (k, m); da = dy @ b^T, db = a^T @ dy."""
+
+    def forward(self, a, b):
+        if a.ndim() != 2 or b.ndim() != 2 or a.shape[1] != b.shape[0]:
+            raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not chain; need (n, k) "
+                             "and (k, m) (a Linear layer's input must be 2-D: add a Flatten)")
+        if a.dtype != b.dtype:
+            raise TypeError(f"matmul: dtypes {a.dtype} and {b.dtype} differ; make them equal")
+        y = self.output((a.shape[0], b.shape[1]), a.dtype)
+        self.run(lambda: K.matmul(y.raw, a.raw, b.raw), reads=(a, b), writes=(y,))
+        self.save(a if self.needs_grad[1] else None, b if self.needs_grad[0] else None)
+        return y
+
+    def backward(self, dy):
+        a, b = self.saved
+        da = db = None
+        if self.needs_grad[0]:
+            da = self.output((dy.shape[0], b.shape[0]), dy.dtype)
+            self.run(lambda: K.matmul(da.raw, dy.raw, b.raw.T), reads=(dy, b), writes=(da,))
+        if self.needs_grad[1]:
+            db = self.output((a.shape[1], dy.shape[1]), dy.dtype)
+            self.run(lambda: K.matmul(db.raw, a.raw.T, dy.raw), reads=(a, dy), writes=(db,))
+        return da, db
+
+
+class AddBias(Operator):
+    """y[i, :] = x[i, :] + b; db = sum over rows of dy."""
+
+    def forward(self, x, b):
+        if x.ndim() != 2 or b.shape != (x.shape[1],):
+            raise ValueError(f"add_bias: x {x.shape} and bias {b.shape}; need (n, f) and (f,)")
+        y = self.output(x.shape, x.dtype)
+        self.run(lambda: (K.copy(flat(y), flat(x)), K.add_bias_rows(y.raw, b.raw)),
+                 reads=(x, b), writes=(y,))
+        return y
+
+    def backward(self, dy):
+        db = None
+        if self.needs_grad[1]:
+            db = self.output((dy.shape[1],), dy.dtype)
+            self.run(lambda: K.sum_rows(db.raw, dy.raw), reads=(dy,), writes=(db,))
+        return dy, db
+
+
+def matmul(a, b):
+    return Matmul()(a, b)
+
+
+def add_bias(x, b, axis=0):
+    if axis != 0:
+        raise ValueError("add_bias: only axis=0 (a bias per column, added to every row) is supported")
+    return AddBias()(x, b)

@@ -1,0 +1,75 @@
+"""Losses: softmax cross-entropy (labels as class ids or one-hot rows) and mean squared error.
+Both return a tensor of shape (1,) holding the mean over the batch."""
+
+from nnmem.autograd import Operator
+from nnmem.kernels import cpu as K
+
+
+class SoftMaxCrossEntropy(Operator):
+    """loss = -1/N sum_n log softmax(x_n)[t_n]; dx = (softmax(x) - onehot(t)) / N."""
+
+    def forward(self, x, t):
+        if x.ndim() != 2:
+            raise ValueError(f"softmax_cross_entropy: logits of shape {x.shape}; need (batch, "
+                             "classes) (add a Flatten/Linear before the loss)")
+        n, c = x.shape
+        if t.shape == (n,):
+            if t.dtype.kind != "i":
+                raise TypeError(f"softmax_cross_entropy: class-id labels must be int32, not "
+                                f"{t.dtype}; copy them with y.astype(np.int32)")
+            self.onehot = False
+        elif t.shape == (n, c):
+            self.onehot = True
+        else:
+            raise ValueError(f"softmax_cross_entropy: labels of shape {t.shape} for logits "
+                             f"{x.shape}; give class ids ({n},) or one-hot rows ({n}, {c})")
+        loss, prob = self.output((1,), x.dtype), self.output(x.shape, x.dtype)
+        fwd = K.softmax_cross_entropy_forward_onehot if self.onehot else \
+            K.softmax_cross_entropy_forward
+        self.run(lambda: fwd(loss.raw, prob.raw, x.raw, t.raw), reads=(x, t), writes=(loss, prob))
+        self.save(prob, t)
+        return loss
+
+    def backward(self, dloss):
+        prob, t = self.saved
+        dx = self.output(prob.shape, prob.dtype)
+        bwd = K.softmax_cross_entropy_backward_onehot if self.onehot else \
+            K.softmax_cross_entropy_backward
+        self.run(lambda: bwd(dx.raw, dloss.raw, prob.raw, t.raw), reads=(dloss, prob, t),
+                 writes=(dx,))
+        return dx, None
+
+
+class MeanSquareError(Operator):
+    """loss = 0.5 * sum((x - t)^2) / N with N = x.shape[0] (SINGA's); dx = (x - t) / N."""
+
+    def forward(self, x, t):
+        if x.shape != t.shape or x.dtype != t.dtype:
+            raise ValueError(f"mse: prediction {x.shape} {x.dtype} and target {t.shape} {t.dtype}"
+                             " must have the same shape and dtype")
+        n = x.shape[0] if x.ndim() else 1
+        shape2d = (n, x.size() // max(n, 1))
+        loss, err = self.output((1,), x.dtype), self.output(x.shape, x.dtype)
+        self.run(lambda: K.mse_forward(loss.raw, err.raw.reshape(shape2d), x.raw.reshape(shape2d),
+                                       t.raw.reshape(shape2d)), reads=(x, t), writes=(loss, err))
+        self.save(err)
+        self.shape2d = shape2d
+        return loss
+
+    def backward(self, dloss):
+        (err,) = self.saved
+        dx = self.output(err.shape, err.dtype)
+        self.run(lambda: K.mse_backward(dx.raw.reshape(self.shape2d), dloss.raw,
+                                        err.raw.reshape(self.shape2d)),
+                 reads=(dloss, err), writes=(dx,))
+        return dx, None
+
+
+def softmax_cross_entropy(x, t):
+    return SoftMaxCrossEntropy()(x, t)
+
+
+def mse_loss(x, t):
+    return MeanSquareError()(x, t)
+
+

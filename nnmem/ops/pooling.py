@@ -1,0 +1,64 @@
+"""2-D max and average pooling (NCHW).
+
+Max pooling saves the int32 position of each window's maximum (argmax) instead of its input:
+a quarter of the input's elements for 2x2 windows, and backward needs nothing else.
+"""
+import numpy as np
+
+from nnmem.autograd import Operator
+from nnmem.kernels import cpu as K
+
+
+class Pooling2d(Operator):
+    """y[n,c,i,j] = max (or mean) of x[n,c] over the window at (i*sh - ph, j*sw - pw)."""
+
+    def __init__(self, kernel, stride, padding, is_max=True):
+        super().__init__("MaxPool2d" if is_max else "AvgPool2d")
+        self.kernel, self.stride, self.padding, self.is_max = kernel, stride, padding, is_max
+        (kh, kw), (ph, pw) = kernel, padding
+        if 2 * ph > kh or 2 * pw > kw:
+            raise ValueError(f"pooling: padding {padding} is more than half the kernel {kernel}; "
+                             "a window would lie entirely in the padding")
+
+    def forward(self, x):
+        if x.ndim() != 4:
+            raise ValueError(f"pooling: input of shape {x.shape}; need (N, C, H, W)")
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
+        if x.shape[2] + 2 * ph < kh or x.shape[3] + 2 * pw < kw:
+            raise ValueError(f"pooling: a {kh}x{kw} window does not fit the {x.shape[2:]} input "
+                             f"(padding {self.padding}); use a smaller window")
+        out_shape = K.pool2d_output_shape(*x.shape, kh, kw, sh, sw, ph, pw)
+        y = self.output(out_shape, x.dtype)
+        self.in_shape = x.shape
+        if self.is_max:
+            argmax = self.output(out_shape, np.int32)
+            self.run(lambda: K.maxpool2d_forward(y.raw, argmax.raw, x.raw, kh, kw, sh, sw, ph, pw),
+                     reads=(x,), writes=(y, argmax))
+            self.save(argmax)
+        else:
+            self.run(lambda: K.avgpool2d_forward(y.raw, x.raw, kh, kw, sh, sw, ph, pw),
+                     reads=(x,), writes=(y,))
+        return y
+
+    def backward(self, dy):
+        (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
+        dx = self.output(self.in_shape, dy.dtype)
+        if self.is_max:
+            (argmax,) = self.saved
+            self.run(lambda: K.maxpool2d_backward(dx.raw, dy.raw, argmax.raw),
+                     reads=(dy, argmax), writes=(dx,))
+        else:
+            self.run(lambda: K.avgpool2d_backward(dx.raw, dy.raw, kh, kw, sh, sw, ph, pw),
+                     reads=(dy,), writes=(dx,))
+        return dx
+
+
+def pooling_2d(x, kernel, stride=None, padding=0, is_max=True):
+    """Functional form; stride defaults to the kernel size."""
+    kernel = _pair(kernel)
+    stride = kernel if stride is None else _pair(stride)
+    return Pooling2d(kernel, stride, _pair(padding), is_max)(x)
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)

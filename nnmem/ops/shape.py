@@ -1,0 +1,71 @@
+"""Shape operators: Flatten (a view, no copy) and Cat (concatenation along an axis).
+
+Cat only moves data, so it uses NumPy copies into the output's pool bytes directly; the
+output is its own block (the inputs stay alive only as long as something else needs them).
+"""
+import numpy as np
+
+from nnmem.autograd import Operator
+from nnmem.ops.arith import Reshape
+
+
+class Flatten(Reshape):
+    """(N, d1, d2, ...) -> (N, d1*d2*...) for axis=1: a view on the same block."""
+
+    def __init__(self, axis=1):
+        super().__init__(())
+        self.axis = axis
+
+    def forward(self, x):
+        if not 0 < self.axis <= x.ndim():
+            raise ValueError(f"flatten: axis {self.axis} for a {x.ndim()}-D input")
+        lead = int(np.prod(x.shape[:self.axis]))
+        self.shape = (lead, -1) if lead else (0, int(np.prod(x.shape[self.axis:])))
+        return super().forward(x)
+
+
+class Cat(Operator):
+    """y = concatenate(xs, axis); the gradient is sliced back into one piece per input."""
+
+    def __init__(self, axis=1):
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, *xs):
+        axis = self.axis % xs[0].ndim()
+        for x in xs[1:]:
+            if x.ndim() != xs[0].ndim() or x.shape[:axis] + x.shape[axis + 1:] != \
+                    xs[0].shape[:axis] + xs[0].shape[axis + 1:] or x.dtype != xs[0].dtype:
+                raise ValueError(f"cat: shapes {[t.shape for t in xs]} differ outside axis {axis}"
+                                 " (or their dtypes differ)")
+        shape = list(xs[0].shape)
+        shape[axis] = sum(x.shape[axis] for x in xs)
+        y = self.output(tuple(shape), xs[0].dtype)
+        self.run(lambda: np.concatenate([x.raw for x in xs], axis=axis, out=y.raw),
+                 reads=xs, writes=(y,))
+        self.sizes = [x.shape[axis] for x in xs]
+        self.axis = axis
+        return y
+
+    def backward(self, dy):
+        dxs, start = [], 0
+        for size, needed in zip(self.sizes, self.needs_grad):
+            if needed:
+                shape = dy.shape[:self.axis] + (size,) + dy.shape[self.axis + 1:]
+                dx = self.output(shape, dy.dtype)
+                index = (slice(None),) * self.axis + (slice(start, start + size),)
+                self.run(lambda dx=dx, index=index: np.copyto(dx.raw, dy.raw[index]),
+                         reads=(dy,), writes=(dx,))
+                dxs.append(dx)
+            else:
+                dxs.append(None)
+            start += size
+        return tuple(dxs)
+
+
+def flatten(x, axis=1):
+    return Flatten(axis)(x)
+
+
+def cat(xs, axis=1):
+    return Cat(axis)(*xs)

@@ -1,0 +1,214 @@
+"""Tensor: a shape, a dtype and a reference to a Block in its device's pool.
+
+A Tensor owns no bytes itself. Its data lives in a Block of the device's pool; the Block is
+allocated when the tensor is first written and freed when the last Tensor that refers to it is
+gone. Views (``reshape``) are new Tensors on the same Block.
+"""
+import numpy as np
+
+from nnmem import device as _device
+
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+int32 = np.dtype(np.int32)
+_DTYPES = (float32, float64, int32)
+
+
+def _check_dtype(dtype):
+    dtype = np.dtype(dtype)
+    if dtype not in _DTYPES:
+        raise TypeError(f"nnmem tensors hold float32, float64 or int32, not {dtype}; "
+                        "convert the data with .astype(np.float32) (or np.int32 for labels)")
+    return dtype
+
+
+class Tensor:
+    """An n-dimensional array in a device's pool (SINGA's signature).
+
+    Tensor(shape, device, dtype) makes a tensor whose memory is allocated lazily.
+    requires_grad: autograd computes a gradient flowing into it.
+    stores_grad: autograd yields its gradient from ``autograd.backward`` (parameters).
+    """
+
+    def __init__(self, shape=(), device=None, dtype=float32, data=None, requires_grad=True,
+                 stores_grad=False, creator=None, name=None):
+        if data is not None:
+            data = np.asarray(data)
+            shape = data.shape
+            dtype = data.dtype if dtype is None else dtype
+        self.shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in self.shape):
+            raise ValueError(f"a tensor shape cannot have negative sizes: {self.shape}")
+        self.dtype = _check_dtype(dtype)
+        self.device = device if device is not None else _device.get_default_device()
+        self.requires_grad = requires_grad
+        self.stores_grad = stores_grad
+        self.creator = creator
+        self.name = name
+        nbytes = self.size() * self.dtype.itemsize
+        self._set_block(self.device.new_block(nbytes, self._describe()))
+        if data is not None:
+            self.copy_from_numpy(data)
+
+    @classmethod
+    def _on_block(cls, block, shape, dtype, device, requires_grad=False):
+        """A new Tensor object that shares `block` (a view: no new memory)."""
+        t = cls.__new__(cls)
+        t.shape, t.dtype, t.device = tuple(shape), np.dtype(dtype), device
+        t.requires_grad, t.stores_grad, t.creator, t.name = requires_grad, False, None, None
+        t._set_block(block)
+        return t
+
+    def _set_block(self, block):
+        block.inc_ref()
+        self.block = block
+
+    def __del__(self):
+        block = getattr(self, "block", None)
+        if block is not None:
+            block.dec_ref()
+
+    def _describe(self):
+        return f"tensor {self.name or ''} {self.shape} {self.dtype}".replace("  ", " ")
+
+    # -- shape ----------------------------------------------------------------------------
+    def ndim(self):
+        return len(self.shape)
+
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def memsize(self):
+        """Bytes of data (not counting the pool's alignment rounding)."""
+        return self.size() * self.dtype.itemsize
+
+    def reshape(self, shape):
+        """The same data seen with another shape (through autograd when it needs a gradient)."""
+        from nnmem import autograd
+        return autograd.reshape(self, shape)
+
+    @property
+    def raw(self):
+        """The NumPy view of this tensor's bytes in the pool (no copy). Kernels use it; it is
+        valid only while the block stays allocated, so Python code should use to_numpy()."""
+        return self.block.array(self.shape, self.dtype)
+
+    # -- host-side writes ---------------------------------------------------------------------
+    # These are the user's writes from the host, outside any recorded training step (SINGA
+    # switches its graph off for them too), so they allocate and write directly.
+    def _host_array(self):
+        self.block.ensure_allocated()
+        return self.raw
+
+    def copy_from_numpy(self, np_array, offset=0):
+        """Copy a NumPy array of exactly this tensor's shape into it.
+
+        The dtype must be this tensor's, or convert without loss (e.g. uint8 -> float32, or
+        int64 labels that fit in int32); anything else is refused rather than silently rounded.
+        """
+        a = np.asarray(np_array)
+        if offset != 0:
+            raise ValueError("copy_from_numpy(offset=...) is not supported; slice the array instead")
+        if a.shape != self.shape:
+            raise ValueError(
+                f"copy_from_numpy: array of shape {a.shape} into tensor {self.name or ''} of shape "
+                f"{self.shape}; reshape the array (a.reshape{self.shape}) or make a tensor of "
+                f"shape {a.shape}")
+        if a.dtype != self.dtype and not _lossless(a, self.dtype):
+            raise TypeError(
+                f"copy_from_numpy: array of dtype {a.dtype} into a {self.dtype} tensor would lose "
+                f"information; convert it first: a.astype(np.{self.dtype})")
+        self._host_array()[...] = a
+        return self
+
+    def copy_data(self, t):
+        """Copy the data of tensor `t` (same shape) into this tensor."""
+        return self.copy_from_numpy(to_numpy(t))
+
+    def set_value(self, x):
+        """Fill every element with the scalar `x`; returns self."""
+        self._host_array().fill(x)
+        return self
+
+    def gaussian(self, mean, std):
+        """Fill with samples of N(mean, std^2) from the device's generator; returns self."""
+        a = self._host_array()
+        if self.dtype == int32:
+            raise TypeError("gaussian() fills a float tensor, this one is int32")
+        self.device.rng.standard_normal(out=a.reshape(-1), dtype=self.dtype)
+        a *= std
+        a += mean
+        return self
+
+    def uniform(self, low, high):
+        """Fill with samples of U[low, high) from the device's generator; returns self."""
+        a = self._host_array()
+        if self.dtype == int32:
+            raise TypeError("uniform() fills a float tensor, this one is int32")
+        self.device.rng.random(out=a.reshape(-1), dtype=self.dtype)
+        a *= high - low
+        a += low
+        return self
+
+    def clone(self):
+        """A new tensor with a copy of the data (new memory)."""
+        return from_numpy(to_numpy(self), self.device)
+
+    # -- arithmetic through autograd ------------------------------------------------------------
+    def __add__(self, other):
+        from nnmem import autograd
+        return autograd.add(self, other)
+
+    def __sub__(self, other):
+        from nnmem import autograd
+        return autograd.sub(self, other)
+
+    def __mul__(self, other):
+        from nnmem import autograd
+        return autograd.mul(self, other)
+
+    __rmul__ = __mul__
+
+    def __repr__(self):
+        name = f" {self.name}" if self.name else ""
+        return f"<Tensor{name} shape={self.shape} dtype={self.dtype} on {self.device.name}>"
+
+
+def _lossless(a, dtype):
+    if np.can_cast(a.dtype, dtype, "safe"):
+        return True
+    if a.dtype.kind in "iu" and dtype.kind == "i":
+        info = np.iinfo(dtype)
+        return a.size == 0 or (int(a.min()) >= info.min and int(a.max()) <= info.max)
+    return False
+
+
+class PlaceHolder(Tensor):
+    """An input tensor: data enters the model through it (copy_from_numpy); no gradient."""
+
+    def __init__(self, shape, device=None, dtype=float32, name=None):
+        super().__init__(shape, device, dtype, requires_grad=False, stores_grad=False, name=name)
+
+
+def from_numpy(np_array, dev=None):
+    """A new tensor on `dev` holding a copy of `np_array`."""
+    a = np.asarray(np_array)
+    return Tensor(a.shape, dev, a.dtype, data=a, requires_grad=False)
+
+
+def to_numpy(t):
+    """A NumPy copy of the tensor's data (a copy: the pool may reuse the bytes later)."""
+    t.block.check_written()
+    return t.raw.copy()
+
+
+def zeros_like(t):
+    return Tensor(t.shape, t.device, t.dtype, requires_grad=False).set_value(0)
+
+
+def zeros(shape, dev=None, dtype=float32):
+    return Tensor(shape, dev, dtype, requires_grad=False).set_value(0)
+
+
+def ones(shape, dev=None, dtype=float32):
+    return Tensor(shape, dev, dtype, requires_grad=False).set_value(1)

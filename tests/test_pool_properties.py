@@ -1,0 +1,158 @@
+"""Property tests for the pool: random alloc/free sequences against a simple model.
+
+The allocator-fuzzer idea (as in tinygrad's): every block gets its own byte pattern
+on alloc, and the pattern must still be intact when the block is freed and after
+every step. Overlapping blocks, a split in the wrong place or a bad coalesce shows
+up as a clobbered pattern, not only as a broken counter.
+"""
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from nnmem.memory.errors import OutOfMemory
+from nnmem.memory.pool import ALIGNMENT, Pool
+
+A = ALIGNMENT
+
+
+def pattern(tag: int, size: int) -> np.ndarray:
+    """A byte pattern unique to block `tag` (and position-dependent, to catch shifted copies)."""
+    return np.random.default_rng(tag).integers(0, 256, size, dtype=np.uint8)
+
+
+def expected_choice(free_segments, need, strategy):
+    """Which free segment the strategy must pick, from the layout *before* the alloc."""
+    fits = [(off, size) for off, size in free_segments if size >= need]
+    if not fits:
+        return None
+    if strategy == "first_fit":
+        return min(fits)[0]
+    return min(fits, key=lambda s: (s[1], s[0]))[0]
+
+
+class PoolMachine(RuleBasedStateMachine):
+    @initialize(
+        capacity=st.integers(4 * 1024, 64 * 1024),
+        strategy=st.sampled_from(["best_fit", "first_fit"]),
+    )
+    def setup(self, capacity, strategy):
+        self.pool = Pool(capacity, strategy=strategy)
+        self.strategy = strategy
+        self.cap = capacity - capacity % A
+        self.live = {}  # offset -> (tag, rounded size, requested bytes, owner)
+        self.tag = 0
+        self.allocs = self.frees = 0
+        self.peak = 0
+
+    def allocated(self):
+        return sum(size for _, size, _, _ in self.live.values())
+
+    @rule(data=st.data())
+    def alloc(self, data):
+        nbytes = data.draw(
+            st.one_of(
+                st.integers(1, self.cap // 4),
+                st.integers(1, max(1, self.cap // 4 // A)).map(lambda k: k * A),  # exact multiples
+                st.just(0),
+            ),
+            label="nbytes",
+        )
+        need = -(-max(nbytes, 1) // A) * A
+        free_before = [(off, size) for off, size, is_free in self.pool.segments() if is_free]
+        want = expected_choice(free_before, need, self.strategy)
+        owner = f"block #{self.tag}"
+        try:
+            off = self.pool.alloc(nbytes, owner=owner)
+        except OutOfMemory as e:
+            # The pool may only refuse when indeed no free segment is large enough.
+            assert want is None, f"OOM although segment {want} fits {need} bytes"
+            assert e.request == need and e.nbytes == nbytes
+            assert e.largest_free_block == max((s for _, s in free_before), default=0) < need
+            assert e.free_bytes == self.cap - self.allocated()
+            return
+        assert off == want, f"{self.strategy} picked {off}, expected {want}"
+        assert off not in self.live
+        size = self.pool.size_of(off)
+        assert size == need
+        self.pool.view(off, size)[:] = pattern(self.tag, size)  # the whole rounded block
+        self.live[off] = (self.tag, size, nbytes, owner)
+        self.tag += 1
+        self.allocs += 1
+        self.peak = max(self.peak, self.allocated())
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def free(self, data):
+        off = data.draw(st.sampled_from(sorted(self.live)), label="offset")
+        tag, size, _, _ = self.live.pop(off)
+        assert np.array_equal(self.pool.view(off, size), pattern(tag, size)), f"block #{tag} clobbered"
+        self.pool.free(off)
+        self.frees += 1
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def double_free_is_rejected(self, data):
+        off = data.draw(st.sampled_from(sorted(self.live)), label="offset")
+        size = self.live[off][1]
+        if size > A:  # an offset inside a live block is not a block start
+            try:
+                self.pool.free(off + A)
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("free() accepted an offset inside a block")
+
+    @rule()
+    def reset_peak(self):
+        self.pool.reset_peak()
+        self.peak = self.allocated()
+
+    # -- invariants, checked after every step --------------------------------
+
+    @invariant()
+    def layout_tiles_the_arena(self):
+        segs = self.pool.segments()
+        pos = 0
+        for off, size, _ in segs:
+            assert off == pos, "segments must be contiguous"
+            assert size > 0 and off % A == 0 and size % A == 0
+            pos += size
+        assert pos == self.cap
+        assert not any(a[2] and b[2] for a, b in zip(segs, segs[1:])), "adjacent free segments"
+        used = {(off, size) for off, size, is_free in segs if not is_free}
+        assert used == {(off, v[1]) for off, v in self.live.items()}, "live blocks differ from the model"
+
+    @invariant()
+    def blocks_are_intact(self):
+        for off, (tag, size, _, _) in self.live.items():
+            assert np.array_equal(self.pool.arena[off : off + size], pattern(tag, size)), f"block #{tag} clobbered"
+
+    @invariant()
+    def stats_match_the_model(self):
+        s = self.pool.stats()
+        segs = self.pool.segments()
+        free_sizes = [size for _, size, is_free in segs if is_free]
+        allocated = self.allocated()
+        assert s["allocated_bytes.current"] == allocated
+        assert s["allocated_bytes.current"] + s["free_bytes"] == s["reserved_bytes"] == self.cap
+        assert s["free_bytes"] == sum(free_sizes)
+        assert s["largest_free_block"] == max(free_sizes, default=0)
+        assert s["free_segments"] == len(free_sizes)
+        assert s["requested_bytes.current"] == sum(v[2] for v in self.live.values())
+        assert s["num_allocs"] == self.allocs and s["num_frees"] == self.frees
+        assert s["num_allocs"] - s["num_frees"] == s["active_blocks"] == len(self.live)
+        assert s["allocated_bytes.peak"] == self.peak
+        live = self.pool.live_blocks()
+        assert [b[1] for b in live] == sorted((b[1] for b in live), reverse=True)
+        assert {b[0]: b[2] for b in live} == {off: v[3] for off, v in self.live.items()}
+
+
+PoolMachine.TestCase.settings = settings(
+    deadline=None,
+    max_examples=150,
+    stateful_step_count=60,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestPoolMachine = PoolMachine.TestCase

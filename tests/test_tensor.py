@@ -1,0 +1,98 @@
+"""Tensors: lazy allocation, reference counting, host writes and their errors."""
+import numpy as np
+import pytest
+
+from nnmem import device, tensor
+from nnmem.memory import UnwrittenBlockError
+
+
+@pytest.fixture
+def dev():
+    return device.create_cpu_device("16MiB")
+
+
+def allocated(dev):
+    return dev.memory_stats()["allocated_bytes.current"]
+
+
+def test_allocation_is_lazy_and_freed_with_the_last_reference(dev):
+    t = tensor.Tensor((64, 64), dev, tensor.float32)
+    assert allocated(dev) == 0, "creating a tensor must not allocate"
+    t.set_value(1.0)
+    assert allocated(dev) == 64 * 64 * 4
+    view = t.reshape((4096,))  # shares the block
+    del t
+    assert allocated(dev) == 64 * 64 * 4, "a view keeps the block alive"
+    assert tensor.to_numpy(view).sum() == 4096
+    del view
+    assert allocated(dev) == 0
+    assert dev.memory_stats()["num_frees"] == 1
+
+
+def test_reading_an_unwritten_tensor_raises(dev):
+    t = tensor.Tensor((3,), dev)
+    with pytest.raises(UnwrittenBlockError, match="before anything wrote it"):
+        tensor.to_numpy(t)
+
+
+def test_copy_from_numpy_round_trip_and_to_numpy_is_a_copy(dev):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = tensor.Tensor((3, 4), dev).copy_from_numpy(a)
+    out = tensor.to_numpy(t)
+    out[0, 0] = 99
+    np.testing.assert_array_equal(tensor.to_numpy(t), a)
+
+
+def test_copy_from_numpy_rejects_a_wrong_shape_and_keeps_the_data(dev):
+    t = tensor.from_numpy(np.ones((2, 3), np.float32), dev)
+    with pytest.raises(ValueError, match=r"shape \(3, 2\).*reshape"):
+        t.copy_from_numpy(np.zeros((3, 2), np.float32))
+    np.testing.assert_array_equal(tensor.to_numpy(t), np.ones((2, 3)))
+
+
+def test_copy_from_numpy_dtype_rules(dev):
+    t = tensor.Tensor((4,), dev, tensor.float32)
+    with pytest.raises(TypeError, match=r"float64.*astype\(np.float32\)"):
+        t.copy_from_numpy(np.zeros(4))
+    t.copy_from_numpy(np.arange(4, dtype=np.uint8))  # lossless: accepted
+    labels = tensor.Tensor((3,), dev, tensor.int32)
+    labels.copy_from_numpy(np.array([0, 5, 9]))  # int64 labels that fit int32
+    with pytest.raises(TypeError, match="lose information"):
+        labels.copy_from_numpy(np.array([0, 2**40, 1]))
+    with pytest.raises(TypeError, match="float32, float64 or int32"):
+        tensor.Tensor((2,), dev, np.int8)
+
+
+def test_random_fills_follow_the_device_seed(dev):
+    dev.SetRandSeed(7)
+    a = tensor.to_numpy(tensor.Tensor((1000,), dev).gaussian(1.0, 2.0))
+    b = tensor.to_numpy(tensor.Tensor((1000,), dev).uniform(-1, 3))
+    dev.SetRandSeed(7)
+    np.testing.assert_array_equal(a, tensor.to_numpy(tensor.Tensor((1000,), dev).gaussian(1.0, 2.0)))
+    assert abs(a.mean() - 1.0) < 0.2 and abs(a.std() - 2.0) < 0.2
+    assert b.min() >= -1 and b.max() < 3
+
+
+def test_placeholder_needs_no_gradient(dev):
+    assert not tensor.PlaceHolder((2, 2), dev).requires_grad
+    assert tensor.Tensor((2, 2), dev).requires_grad
+
+
+def test_memory_stats_names_and_peak_reset(dev):
+    t = tensor.zeros((1000,), dev)
+    stats = dev.memory_stats()
+    for key in ("allocated_bytes.current", "allocated_bytes.peak", "reserved_bytes",
+                "largest_free_block", "num_allocs", "num_frees"):
+        assert key in stats
+    del t
+    assert dev.memory_stats()["allocated_bytes.peak"] > 0
+    dev.reset_peak_memory_stats()
+    assert dev.memory_stats()["allocated_bytes.peak"] == 0
+
+
+def test_pool_size_strings_and_cuda_error():
+    assert device.create_cpu_device("1MiB").memory_stats()["reserved_bytes"] == 2**20
+    with pytest.raises(ValueError, match="512MiB"):
+        device.create_cpu_device("lots")
+    with pytest.raises(device.DeviceUnavailable, match="create_cpu_device"):
+        device.create_cuda_gpu()
