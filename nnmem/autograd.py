@@ -10,6 +10,7 @@ Memory contract: each operator drops its saved tensors the moment its backward h
 forward activation lives exactly until the backward step that last needs it.
 """
 import contextlib
+import math
 
 import numpy as np
 
@@ -78,7 +79,7 @@ class Operator:
         """A new, not yet allocated tensor labelled with this operator (for memory reports)."""
         from nnmem.tensor import Tensor
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         desc = f"{self.label} {tuple(shape)} {dtype}"
         return Tensor._on_block(self.device.new_block(nbytes, desc), shape, dtype, self.device)
 

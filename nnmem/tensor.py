@@ -4,6 +4,8 @@ A Tensor owns no bytes itself. Its data lives in a Block of the device's pool; t
 allocated when the tensor is first written and freed when the last Tensor that refers to it is
 gone. Views (``reshape``) are new Tensors on the same Block.
 """
+import math
+
 import numpy as np
 
 from nnmem import device as _device
@@ -76,7 +78,7 @@ class Tensor:
         return len(self.shape)
 
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def memsize(self):
         """Bytes of data (not counting the pool's alignment rounding)."""

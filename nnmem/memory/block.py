@@ -9,6 +9,8 @@ Memory contract
 - Reading a block that was never written is a bug in the caller (the bytes would be garbage):
   it raises instead of returning garbage.
 """
+import math
+
 import numpy as np
 
 
@@ -44,7 +46,7 @@ class Block:
     def array(self, shape, dtype):
         """A NumPy view of the block's bytes as `shape` and `dtype` (no copy)."""
         dtype = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         raw = self.pool.view(self.offset, count * dtype.itemsize)
         return raw.view(dtype).reshape(shape)
 

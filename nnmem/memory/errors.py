@@ -31,6 +31,7 @@ class OutOfMemory(MemoryError):
     request:            bytes the pool needed to find in one piece (the request
                         rounded up to the pool's alignment).
     nbytes:             bytes the caller asked for, before rounding.
+    requester:          str(owner) of the request that failed (who asked), or None.
     free_bytes:         total free bytes in the pool, over all free segments.
     largest_free_block: the biggest single free segment; a request fits only if
                         it is <= this.
@@ -56,12 +57,15 @@ class OutOfMemory(MemoryError):
         capacity: int,
         live: list | None = None,
         nbytes: int | None = None,
+        requester: object = None,
     ) -> None:
         self.request = int(request)
         self.nbytes = int(request if nbytes is None else nbytes)
         self.free_bytes = int(free_bytes)
         self.largest_free_block = int(largest_free_block)
         self.capacity = int(capacity)
+        self.requester = None if requester is None else (
+            requester if isinstance(requester, str) else _describe(requester))
         self.live = [
             (int(offset), int(size), owner if isinstance(owner, str) else _describe(owner))
             for offset, size, owner in list(live or [])[: self.MAX_LISTED]
@@ -79,6 +83,8 @@ class OutOfMemory(MemoryError):
         if self.nbytes != self.request:
             asked += f"; {self.nbytes} requested, rounded up to the pool's alignment"
         asked += ")"
+        if self.requester:
+            asked += f" for {self.requester}"
         lines = [
             f"Out of pool memory: tried to allocate {asked}.",
             f"  free: {fb(self.free_bytes)} ({self.free_bytes} bytes) of "
@@ -109,5 +115,6 @@ class OutOfMemory(MemoryError):
         # than the message, so say explicitly how to rebuild one (multiprocessing, pytest-xdist).
         return (
             type(self),
-            (self.request, self.free_bytes, self.largest_free_block, self.capacity, self.live, self.nbytes),
+            (self.request, self.free_bytes, self.largest_free_block, self.capacity, self.live,
+             self.nbytes, self.requester),
         )

@@ -140,6 +140,7 @@ class Pool:
                 largest_free_block=self._largest_free(),
                 capacity=self.capacity,
                 live=self.live_blocks()[: OutOfMemory.MAX_LISTED],
+                requester=owner,
             )
         # Split: the block takes the low end of the segment, the remainder stays free.
         segment = self._remove_free(offset)

@@ -1,12 +1,6 @@
-"""The CNN example from SINGA's Model documentation, unchanged except for two lines: the
-imports (``from nnmem import ...``) and ``create_cpu_device()`` for ``create_cuda_gpu()``.
-It trains on the UCI digits shipped with nnmem (resized to 28x28).
-
-    python examples/singa_cnn.py [epochs]
-"""
-import sys
-import time
-
+"""The CNN script of SINGA's Model documentation, with only its imports changed and
+create_cpu_device() for create_cuda_gpu(), trains to >= 97% test accuracy on the embedded
+digits within 10 epochs (lr=0.02: the docs' 0.005 suits 60,000 MNIST images, not 1,437)."""
 import numpy as np
 
 from nnmem import device, layer, model, opt, tensor
@@ -45,35 +39,37 @@ class CNN(model.Model):
         return out, loss
 
 
-def main(epochs=10, batch_size=64, num_classes=10, IMG_SIZE=28, lr=0.02):
+def test_singa_cnn_script_reaches_97_percent_within_10_epochs():
+    batch_size, num_classes, IMG_SIZE = 64, 10, 28
     x_train, y_train, x_test, y_test = load_digits(size=IMG_SIZE)
-    model_ = CNN()
-    sgd = opt.SGD(lr=lr, momentum=0.9, weight_decay=1e-5)
-    model_.set_optimizer(sgd)
+
+    model = CNN()
+    # initialize optimizer and attach it to the model
+    sgd = opt.SGD(lr=0.02, momentum=0.9, weight_decay=1e-5)
+    model.set_optimizer(sgd)
+    # initialize device
     dev = device.create_cpu_device()
     dev.SetRandSeed(0)
+    # input and target placeholders for the model
     tx = tensor.Tensor((batch_size, 1, IMG_SIZE, IMG_SIZE), dev, tensor.float32)
     ty = tensor.Tensor((batch_size, num_classes), dev, tensor.int32)
-    model_.compile([tx], is_train=True, use_graph=True, sequential=False)
-    accuracy = 0.0
-    for epoch in range(epochs):
-        start = time.perf_counter()
-        model_.train()
+    # compile the model before training
+    model.compile([tx], is_train=True, use_graph=True, sequential=False)
+
+    accuracies = []
+    for epoch in range(10):
+        model.train()
         for x, y in iterate_batches(x_train, y_train, batch_size, drop_last=True, epoch=epoch):
+            # Copy the data into input tensors
             tx.copy_from_numpy(x)
             ty.copy_from_numpy(one_hot(y, num_classes))
-            out, loss = model_(tx, ty)
-        seconds = time.perf_counter() - start
-        model_.eval()
-        correct = 0
-        for x, y in iterate_batches(x_test, y_test, batch_size, shuffle=False):
-            logits = model_(tensor.from_numpy(x, dev))
-            correct += int((tensor.to_numpy(logits).argmax(axis=1) == y).sum())
-        accuracy = correct / len(y_test)
-        print(f"epoch {epoch}: loss {tensor.to_numpy(loss)[0]:.4f} test accuracy {accuracy:.4f} "
-              f"({len(x_train) // batch_size * batch_size / seconds:.0f} images/s)")
-    return accuracy
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 10)
+            # Training with one batch
+            out, loss = model(tx, ty)
+        model.eval()
+        predictions = np.concatenate([
+            tensor.to_numpy(model(tensor.from_numpy(x, dev))).argmax(axis=1)
+            for x, _ in iterate_batches(x_test, y_test, batch_size, shuffle=False)])
+        accuracies.append(float((predictions == y_test).mean()))
+        if accuracies[-1] >= 0.97:
+            break
+    assert max(accuracies) >= 0.97, accuracies

@@ -1,0 +1,5 @@
+import sys
+
+from nnmem.cli import main
+
+sys.exit(main())
