@@ -269,7 +269,6 @@ def conv2d_forward_gemm(y, x, w, workspace, sh, sw, ph, pw):
         else:
             matmul(tbuf, wm, cols)
             swap01(y[n0: n0 + b].reshape(b, o, l), tbuf.reshape(o, b, l))
-    return y
 
 
 def conv2d_backward_data_gemm(dx, dy, w, workspace, sh, sw, ph, pw):
@@ -288,7 +287,6 @@ def conv2d_backward_data_gemm(dx, dy, w, workspace, sh, sw, ph, pw):
             swap01(dyt.reshape(o, b, l), dy[n0: n0 + b].reshape(b, o, l))
         matmul(cols, wt, dyt)
         col2im(dx[n0: n0 + b], cols, kh, kw, sh, sw, ph, pw)
-    return dx
 
 
 def conv2d_backward_filter_gemm(dw, dy, x, workspace, sh, sw, ph, pw):
@@ -300,7 +298,7 @@ def conv2d_backward_filter_gemm(dw, dy, x, workspace, sh, sw, ph, pw):
     if bsz < n:
         # several chunks: leave room for a chunk's partial product (O*K) if we can
         bsz = max(1, min(bsz, (workspace.size - o * k) // per))
-    for ci, n0 in enumerate(range(0, n, bsz)):
+    for chunk, n0 in enumerate(range(0, n, bsz)):
         b = min(bsz, n - n0)
         cols, tbuf = _chunk_views(workspace, k, o, l, b)
         im2col(cols, x[n0: n0 + b], kh, kw, sh, sw, ph, pw)
@@ -311,11 +309,10 @@ def conv2d_backward_filter_gemm(dw, dy, x, workspace, sh, sw, ph, pw):
             dyt = tbuf
             swap01(dyt.reshape(o, b, l), dy[n0: n0 + b].reshape(b, o, l))
             used = (k + o) * b * l
-        if ci == 0:
+        if chunk == 0:
             matmul(dwm, dyt, cols.T)
         else:
             _accumulate_tiled(dwm, dyt, cols, workspace[used:])
-    return dw
 
 
 def _accumulate_tiled(dwm, dyt, cols, spare):

@@ -15,11 +15,12 @@ index row*W + col of the chosen element inside its (n, c) input plane.
 Average pooling counts padded zeros: every window sum is divided by kh*kw
 (cuDNN CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, PyTorch count_include_pad=True).
 
-All kernels run in parallel over (n, c) planes; a backward kernel zeroes its dx
-plane and then scatter-adds into it in a fixed order, so results are deterministic.
-No kernel allocates or needs a workspace.
+All kernels take C-contiguous NCHW arrays and run in parallel over (n, c) planes;
+a backward kernel zeroes its dx plane and then scatter-adds into it in a fixed
+order, so results are deterministic. No kernel allocates or needs a workspace.
 """
 
+import numpy as np
 from numba import njit, prange
 
 from ._window import valid_range, window_output_size
@@ -28,6 +29,12 @@ __all__ = [
     "pool2d_output_shape", "maxpool2d_forward", "maxpool2d_backward",
     "avgpool2d_forward", "avgpool2d_backward",
 ]
+
+
+# Window indices such as max(i*sh - ph, 0) have a sign the compiler cannot see, so Numba
+# would add a negative-index wraparound test to every access; they are valid positions,
+# so the kernels index with unsigned integers (see conv.py).
+_u = np.uint64
 
 
 def pool2d_output_shape(n, c, h, w, kh, kw, sh, sw, ph, pw):
@@ -70,11 +77,11 @@ def _maxpool2d_forward(y, argmax, x, kh, kw, sh, sw, ph, pw):
                 v0 = j * sw - pw
                 v_lo = max(v0, 0)
                 v_hi = min(v0 + kw, w)
-                best = x[b, ci, u_lo, v_lo]
+                best = x[b, ci, _u(u_lo), _u(v_lo)]
                 best_idx = u_lo * w + v_lo
                 for u in range(u_lo, u_hi):
                     for v in range(v_lo, v_hi):
-                        val = x[b, ci, u, v]
+                        val = x[b, ci, _u(u), _u(v)]
                         if val > best:
                             best = val
                             best_idx = u * w + v
@@ -91,13 +98,12 @@ def _maxpool2d_backward(dx, dy, argmax):
     for t in prange(n * c):
         b = t // c
         ci = t % c
-        for u in range(h):
-            for v in range(w):
-                dx[b, ci, u, v] = 0
+        plane = dx[b, ci].reshape(h * w)  # a view: dx must be C-contiguous
+        for k in range(h * w):
+            plane[k] = 0
         for i in range(oh):
             for j in range(ow):
-                idx = argmax[b, ci, i, j]
-                dx[b, ci, idx // w, idx % w] += dy[b, ci, i, j]
+                plane[_u(argmax[b, ci, i, j])] += dy[b, ci, i, j]
 
 
 def _avgpool2d_forward(y, x, kh, kw, sh, sw, ph, pw):
@@ -120,7 +126,7 @@ def _avgpool2d_forward(y, x, kh, kw, sh, sw, ph, pw):
                 s = 0.0
                 for u in range(u_lo, u_hi):
                     for v in range(v_lo, v_hi):
-                        s += x[b, ci, u, v]
+                        s += x[b, ci, _u(u), _u(v)]
                 y[b, ci, i, j] = s * inv
 
 
@@ -140,10 +146,11 @@ def _avgpool2d_backward(dx, dy, kh, kw, sh, sw, ph, pw):
             i_lo, i_hi = valid_range(oh, p, sh, ph, h)
             for q in range(kw):
                 j_lo, j_hi = valid_range(ow, q, sw, pw, w)
+                off = q - pw
                 for i in range(i_lo, i_hi):
                     u = i * sh + p - ph
                     for j in range(j_lo, j_hi):
-                        dx[b, ci, u, j * sw + q - pw] += dy[b, ci, i, j] * inv
+                        dx[b, ci, u, _u(j * sw + off)] += dy[b, ci, i, _u(j)] * inv
 
 
 maxpool2d_forward = njit(parallel=True, cache=True)(_maxpool2d_forward)

@@ -2,9 +2,13 @@
 
 Determinism: a reduction is never split across threads. Each output element
 (one column, one channel) is owned by one ``prange`` iteration, which sums its
-inputs in a fixed order into a float64 accumulator and writes the result once.
-So every call gives bit-identical results, whatever the thread scheduling.
+inputs in a fixed order into a float64 accumulator and writes the result once,
+so every call gives bit-identical results, whatever the thread scheduling.
 No kernel allocates or needs a workspace.
+
+Bias gradients are small (tens of kilobytes to a few megabytes of input), so the
+kernels are compiled serial: waking the OpenMP pool (~0.05 ms) would cost more
+than it saves. The ``prange`` loops mark where they would split if made parallel.
 """
 
 from numba import njit, prange
@@ -25,7 +29,7 @@ def _sum_rows(out, x):
 
 
 def _bias_grad_nchw(db, dy):
-    """db[c] = sum_{n,h,w} dy[n, c, h, w] for dy (N, C, H, W), db (C,). Overwrites db; parallel over channels."""
+    """db[c] = sum_{n,h,w} dy[n, c, h, w] for dy (N, C, H, W), db (C,). Overwrites db."""
     n, c, h, w = dy.shape
     if db.shape[0] != c:
         raise ValueError("bias_grad_nchw: db must have shape (dy.shape[1],)")
@@ -38,5 +42,5 @@ def _bias_grad_nchw(db, dy):
         db[ci] = s
 
 
-sum_rows = njit(parallel=True, cache=True)(_sum_rows)
-bias_grad_nchw = njit(parallel=True, cache=True)(_bias_grad_nchw)
+sum_rows = njit(cache=True)(_sum_rows)
+bias_grad_nchw = njit(cache=True)(_bias_grad_nchw)

@@ -38,11 +38,7 @@ class Conv2d(Operator):
         self.has_bias = b is not None
         y = self.output(out_shape, x.dtype)
         ws = self._workspace(n, x.dtype, extra_bytes=y.memsize())
-        if ws is None:
-            fn = lambda: K.conv2d_forward_direct(y.raw, x.raw, W.raw, sh, sw, ph, pw)  # noqa: E731
-        else:
-            fn = lambda: K.conv2d_forward_gemm(y.raw, x.raw, W.raw, ws.raw, sh, sw, ph, pw)  # noqa: E731
-        self.run(fn, reads=(x, W), writes=(y,) + ((ws,) if ws is not None else ()))
+        self._conv_pass(K.conv2d_forward_direct, K.conv2d_forward_gemm, y, x, W, ws)
         if b is not None:
             self.run(lambda: K.add_bias_nchw(y.raw, b.raw), reads=(b, y), writes=(y,))
         self.save(x if self.needs_grad[1] else None, W if self.needs_grad[0] else None)
@@ -50,35 +46,37 @@ class Conv2d(Operator):
 
     def backward(self, dy):
         x, W = self.saved
-        (sh, sw), (ph, pw) = self.stride, self.padding
-        n = dy.shape[0]
+        c, h, w, o, kh, kw = self.geometry
         dx = dW = db = None
         grads_bytes = 0
         if self.needs_grad[0]:
-            dx = self.output((n,) + self.geometry[:3], dy.dtype)
+            dx = self.output((dy.shape[0], c, h, w), dy.dtype)
             grads_bytes += dx.memsize()
         if self.needs_grad[1]:
-            dW = self.output(W.shape if W is not None else
-                             (self.geometry[3], self.geometry[0]) + self.geometry[4:], dy.dtype)
+            dW = self.output((o, c, kh, kw), dy.dtype)
             grads_bytes += dW.memsize()
-        ws = self._workspace(n, dy.dtype, extra_bytes=grads_bytes)
-        ws_w = (ws,) if ws is not None else ()
+        ws = self._workspace(dy.shape[0], dy.dtype, extra_bytes=grads_bytes)
         if dx is not None:
-            if ws is None:
-                fn = lambda: K.conv2d_backward_data_direct(dx.raw, dy.raw, W.raw, sh, sw, ph, pw)  # noqa: E731
-            else:
-                fn = lambda: K.conv2d_backward_data_gemm(dx.raw, dy.raw, W.raw, ws.raw, sh, sw, ph, pw)  # noqa: E731
-            self.run(fn, reads=(dy, W), writes=(dx,) + ws_w)
+            self._conv_pass(K.conv2d_backward_data_direct, K.conv2d_backward_data_gemm,
+                            dx, dy, W, ws)
         if dW is not None:
-            if ws is None:
-                fn = lambda: K.conv2d_backward_filter_direct(dW.raw, dy.raw, x.raw, sh, sw, ph, pw)  # noqa: E731
-            else:
-                fn = lambda: K.conv2d_backward_filter_gemm(dW.raw, dy.raw, x.raw, ws.raw, sh, sw, ph, pw)  # noqa: E731
-            self.run(fn, reads=(dy, x), writes=(dW,) + ws_w)
+            self._conv_pass(K.conv2d_backward_filter_direct, K.conv2d_backward_filter_gemm,
+                            dW, dy, x, ws)
         if self.has_bias and self.needs_grad[2]:
-            db = self.output((self.geometry[3],), dy.dtype)
+            db = self.output((o,), dy.dtype)
             self.run(lambda: K.bias_grad_nchw(db.raw, dy.raw), reads=(dy,), writes=(db,))
         return (dx, dW, db) if self.has_bias else (dx, dW)
+
+    def _conv_pass(self, direct, gemm, out, a, b, ws):
+        """Run one of the three convolution passes, out = f(a, b), with the gemm algorithm when
+        there is a workspace and the direct one otherwise."""
+        (sh, sw), (ph, pw) = self.stride, self.padding
+        if ws is None:
+            self.run(lambda: direct(out.raw, a.raw, b.raw, sh, sw, ph, pw), reads=(a, b),
+                     writes=(out,))
+        else:
+            self.run(lambda: gemm(out.raw, a.raw, b.raw, ws.raw, sh, sw, ph, pw), reads=(a, b),
+                     writes=(out, ws))
 
     def _workspace(self, n, dtype, extra_bytes):
         """The gemm workspace tensor sized to the free memory, or None for the direct algorithm.

@@ -1,14 +1,6 @@
 """Helpers shared by the kernel tests."""
 
-import os
-
 import numpy as np
-import pytest
-
-# Under NUMBA_DISABLE_JIT=1 every kernel runs as plain Python loops: still correct,
-# but slow, so tests marked `heavy` are skipped there.
-JIT_DISABLED = os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
-heavy = pytest.mark.skipif(JIT_DISABLED, reason="too slow as plain Python (NUMBA_DISABLE_JIT=1)")
 
 RTOL64 = 1e-10
 ATOL64 = 1e-12

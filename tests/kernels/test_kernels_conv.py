@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from kernel_testutil import assert_adjoint, assert_close64, heavy
+from kernel_testutil import assert_adjoint, assert_close64
 
 from nnmem.kernels.cpu import (
     col2im,
@@ -25,6 +25,7 @@ SHAPES = [
     (2, 2, 6, 7, 3, 1, 3, 2, 1, 0, 1),   # 1x3 kernel, mixed strides
     (2, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0),   # OH*OW < C*KH*KW (exercises filter tiling)
     (3, 2, 8, 8, 3, 4, 2, 3, 2, 2, 1),   # stride 3, padding 2
+    (2, 3, 8, 8, 4, 3, 3, 2, 2, 1, 1),   # ResNet-style 3x3 / stride 2 / padding 1
 ]
 
 
@@ -221,7 +222,6 @@ def test_shape_mismatch_raises(rng):
         conv2d_forward_gemm(np.empty(dy.shape), x[:, :, :, ::-1], w, np.empty(10 * per), *s)
 
 
-@heavy
 @pytest.mark.parametrize("shape", SHAPES[:2])
 def test_float32(rng, shape):
     x, w, dy, per, s = make_case(rng, shape, np.float32)
