@@ -37,6 +37,9 @@ class Operator:
     and returns one gradient per input (None where an input needs none). Inside forward:
     ``self.output(shape, dtype)`` makes an output tensor, ``self.run(fn, reads, writes)`` hands
     the kernel call to the device, ``self.save(...)`` keeps tensors for backward.
+
+    The kernel function receives arrays, never tensors: a recorded graph then holds no Python
+    reference to any tensor, and its own bookkeeping alone decides when a block is dead.
     """
 
     def __init__(self, name=None):
@@ -83,9 +86,13 @@ class Operator:
         desc = f"{self.label} {tuple(shape)} {dtype}"
         return Tensor._on_block(self.device.new_block(nbytes, desc), shape, dtype, self.device)
 
-    def run(self, fn, reads, writes):
-        """Submit `fn` (a kernel call) with the tensors it reads and writes to the device."""
-        self.device.exec(fn, [t.block for t in reads], [t.block for t in writes])
+    def run(self, fn, reads, writes, inplace=()):
+        """Submit a kernel call to the device: it runs ``fn(*write_arrays, *read_arrays)``.
+
+        `inplace` lists (output, input) pairs where the output may take the input's memory
+        when this operation is the input's last reader (the kernel must be elementwise-safe).
+        """
+        self.device.exec(fn, reads, writes, name=self.label, inplace=inplace)
 
     def save(self, *tensors):
         """Keep tensors for backward (only when a gradient will be computed).
@@ -118,12 +125,11 @@ def backward(y, dy=None):
     Each gradient is yielded as soon as every operator that used the parameter has contributed
     to it. `y` is usually the scalar loss; `dy` defaults to ones.
     """
-    from nnmem.tensor import Tensor, ones
     if y.creator is None:
         raise ValueError("backward(y): y was not computed by operators with autograd on; "
                          "call model.train() (autograd.training = True) before the forward pass")
     if dy is None:
-        dy = ones(y.shape, y.device, y.dtype)
+        dy = _constant(y.shape, y.dtype, y.device, 1.0)
     pending = _count_consumers(y.creator)
     grads = {y.creator: {getattr(y, "creator_index", 0): dy}}
     ready = [y.creator]
@@ -135,7 +141,7 @@ def backward(y, dy=None):
         for i, g in enumerate(dys):
             if g is None:  # an output nobody used: its gradient is zero
                 shape, dtype = op.output_meta[i]
-                dys[i] = Tensor(shape, op.device, dtype, requires_grad=False).set_value(0)
+                dys[i] = _constant(shape, dtype, op.device, 0.0)
         dxs = op.backward(*dys)
         dxs = dxs if isinstance(dxs, tuple) else (dxs,)
         src = op.src
@@ -153,6 +159,14 @@ def backward(y, dy=None):
                     yield leaf, grads.pop(leaf)[0]
                 else:
                     ready.append(creator)
+
+
+def _constant(shape, dtype, device, value):
+    """A tensor filled with `value` by a device operation (so that a recorded step refills it)."""
+    from nnmem.tensor import Tensor
+    t = Tensor(shape, device, dtype, requires_grad=False)
+    device.exec(lambda t_: t_.fill(value), reads=(), writes=(t,), name=f"fill {value}")
+    return t
 
 
 def _count_consumers(root):

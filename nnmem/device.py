@@ -1,11 +1,17 @@
-"""Devices: each owns one preallocated memory pool and runs (or, later, records) operations.
+"""Devices: each owns one preallocated memory pool and runs, or records, operations.
 
-SINGA's contract, kept here: every operation hands the device a function together with the
-blocks it reads and the blocks it writes, ``dev.exec(fn, reads, writes)``. Knowing the blocks is
-what lets the device allocate lazily (a written block gets its bytes just before its first
-writer runs) and, in graph mode, order, recycle and plan memory for a recorded step.
+SINGA's contract, kept here: every operation hands the device a function together with what
+it reads and what it writes, ``dev.exec(fn, reads, writes)``. Knowing the blocks is what lets
+the device allocate lazily (a written block gets its bytes just before its first writer runs)
+and, in graph mode, order, recycle and plan the memory of a recorded training step.
+
+The function receives NumPy views of the tensors' bytes, outputs first:
+``fn(*write_arrays, *read_arrays)``; it never sees a Tensor, so a recorded graph keeps no
+Python reference alive.
 """
 import os
+import time
+from collections import defaultdict
 
 import numpy as np
 
@@ -21,11 +27,14 @@ class DeviceUnavailable(RuntimeError):
 
 
 class Device:
-    """A device: a memory pool, a random generator, and ``exec``.
+    """A device: a memory pool, a random generator, ``exec``, and the switches a learner flips.
 
-    ``dry_run`` (used by ``Model.compile``) runs no kernel and allocates nothing: shapes flow
-    through the layers so that they can create their parameters, as SINGA's compile does by
-    buffering one forward pass and then discarding it.
+    dry_run   -- run no kernel and allocate nothing (Model.compile's shape-only pass).
+    recycle   -- free a block as soon as nothing refers to it (default). Off: keep every block
+                 of a training step until the step ends (SuperNeurons' network-wide allocation,
+                 the baseline every memory technique is measured against).
+    recorder  -- while a Model records its step, every exec call is also appended to it.
+    timeline  -- when a list, every exec appends (name, allocated bytes, live blocks).
     """
 
     lang = "cpp"
@@ -38,11 +47,33 @@ class Device:
         self.dev_id = dev_id
         self.rng = np.random.default_rng()
         self.dry_run = False
+        self.recycle = True
+        self._deferred = []  # blocks whose frees wait for the end of the step (recycle off)
+        self.recorder = None
+        self.timeline = None
+        self.verbosity, self.skip_iterations, self.iteration = 0, 0, 0
+        self.profile = defaultdict(lambda: [0.0, 0])  # name -> [seconds, calls]
+        self._rng_state = None
 
     # -- memory ---------------------------------------------------------------------------
     def new_block(self, nbytes, desc=""):
         """A lazily allocated block of `nbytes` in this device's pool."""
-        return Block(self.pool, nbytes, desc)
+        return Block(self, nbytes, desc)
+
+    def on_unreferenced(self, block):
+        """The last reference to `block` is gone: free it now, or at the step's end."""
+        if self.recycle:
+            block.release()
+        else:
+            self._deferred.append(block)
+
+    def end_step(self):
+        """A training step ended: release deferred blocks, count the iteration."""
+        deferred, self._deferred = self._deferred, []
+        for block in deferred:
+            if block.ref_count == 0:
+                block.release()
+        self.iteration += 1
 
     def memory_stats(self):
         """The pool's statistics (names as in torch.cuda.memory_stats)."""
@@ -51,20 +82,46 @@ class Device:
     def reset_peak_memory_stats(self):
         self.pool.reset_peak()
 
+    @property
+    def rng_state(self):
+        """A 1-element counter that every random draw reads and writes, so that a recorded
+        graph keeps the draws in order (made on first use)."""
+        if self._rng_state is None:
+            from nnmem.tensor import Tensor
+            self._rng_state = Tensor((1,), self, np.int64, requires_grad=False, name="rng_state")
+            self._rng_state.set_value(0)
+        return self._rng_state
+
     # -- execution ------------------------------------------------------------------------
-    def exec(self, fn, reads, writes):
-        """Run `fn()`, which reads the blocks `reads` and writes the blocks `writes`.
+    def exec(self, fn, reads, writes, name="", inplace=()):
+        """Run ``fn(*write_arrays, *read_arrays)``; `reads` and `writes` are tensors.
 
         Written blocks are allocated here, just before their first writer (lazy allocation);
         a read of a block nobody wrote raises instead of returning garbage.
         """
         if self.dry_run:
             return
-        for block in reads:
-            block.check_written()
-        for block in writes:
-            block.ensure_allocated()
-        fn()
+        for t in reads:
+            t.block.check_written()
+        for t in writes:
+            t.block.ensure_allocated()
+        if self.recorder is not None:
+            self.recorder.record(fn, reads, writes, name, inplace)
+        self.run_kernel(name, fn, [t.raw for t in writes] + [t.raw for t in reads])
+
+    def run_kernel(self, name, fn, arrays):
+        """Call the kernel function, timing it when profiling is on (eager and replay alike)."""
+        if self.verbosity and self.iteration >= self.skip_iterations:
+            start = time.perf_counter()
+            fn(*arrays)
+            entry = self.profile[name]
+            entry[0] += time.perf_counter() - start
+            entry[1] += 1
+        else:
+            fn(*arrays)
+        if self.timeline is not None:
+            stats = self.pool.stats()
+            self.timeline.append((name, stats["allocated_bytes.current"], stats["active_blocks"]))
 
     # -- SINGA's device methods -------------------------------------------------------------
     def SetRandSeed(self, seed):
@@ -73,6 +130,33 @@ class Device:
 
     def Sync(self):
         """Wait for queued work; the CPU device runs everything at once, so nothing waits."""
+
+    def SetVerbosity(self, verbosity):
+        """Per-operation timing: 0 off, 1 per operation type, 2 per operation (layer:op)."""
+        self.verbosity = int(verbosity)
+
+    def SetSkipIteration(self, iterations):
+        """Leave the first `iterations` steps (JIT compilation, recording) out of the profile."""
+        self.skip_iterations = int(iterations)
+
+    def PrintTimeProfiling(self):
+        """Print where the time of the profiled steps went, most expensive first."""
+        print(self.time_profile_table())
+
+    def time_profile_table(self):
+        rows = defaultdict(lambda: [0.0, 0])
+        for name, (seconds, calls) in self.profile.items():
+            key = name.split(":")[-1] if self.verbosity == 1 else name
+            rows[key][0] += seconds
+            rows[key][1] += calls
+        total = sum(seconds for seconds, _ in rows.values()) or 1.0
+        steps = max(self.iteration - self.skip_iterations, 1)
+        lines = [f"time profile over {steps} step(s), per step:",
+                 f"{'operation':40} {'ms/step':>9} {'calls/step':>10} {'share':>6}"]
+        for key, (seconds, calls) in sorted(rows.items(), key=lambda kv: -kv[1][0]):
+            lines.append(f"{key[:40]:40} {1e3 * seconds / steps:9.3f} {calls / steps:10.1f} "
+                         f"{seconds / total:6.1%}")
+        return "\n".join(lines)
 
     def id(self):
         return self.dev_id

@@ -3,35 +3,54 @@ parameter's update as soon as its gradient is final, then drops that gradient: g
 pile up until the end of backward.
 
 State (momentum buffers, Adam moments) is keyed by the parameter tensor itself, not by its
-name, so two layers that happen to share a name cannot share a buffer.
+name, so two layers that happen to share a name cannot share a buffer. The step count is a
+tensor too, advanced by a device operation, and the learning rate is read when the update
+runs: a replayed graph therefore sees both change.
 """
+import numpy as np
+
 from nnmem import autograd
 from nnmem.kernels import cpu as K
-from nnmem.tensor import zeros_like
-
-
-def _flat(t):
-    return t.raw.reshape(-1)
+from nnmem.tensor import Tensor, zeros_like
 
 
 class Optimizer:
     def __init__(self, lr):
         self.lr = float(lr)
-        self.step_counter = 0
+        self._steps = None  # a 1-element int32 tensor on the parameters' device
 
     def __call__(self, loss):
         """Backward from `loss`, update every parameter, advance the step counter."""
+        self._step_tensor(loss.device)
         for param, grad in autograd.backward(loss):
             self.apply(param.name, param, grad)
         self.step()
 
     backward_and_update = __call__
 
+    @property
+    def step_counter(self):
+        """How many steps have been taken (SINGA's name)."""
+        return 0 if self._steps is None else int(self._steps.raw[0])
+
     def apply(self, param_name, param_value, param_grad):
         raise NotImplementedError
 
     def step(self):
-        self.step_counter += 1
+        def advance(steps_, _):
+            steps_[0] += 1
+        if self._steps is not None:
+            self._steps.device.exec(advance, reads=(self._steps,), writes=(self._steps,),
+                                    name=f"{type(self).__name__} step")
+
+    def _step_tensor(self, device):
+        if self._steps is None:  # a host write: persistent state, never part of a recorded step
+            self._steps = Tensor((1,), device, np.int32, requires_grad=False).set_value(0)
+        return self._steps
+
+
+def _flat(*arrays):
+    return [a.reshape(-1) for a in arrays]
 
 
 class SGD(Optimizer):
@@ -51,10 +70,11 @@ class SGD(Optimizer):
         if p not in self.moments:
             self.moments[p] = zeros_like(p)
         buf = self.moments[p]
-        lr, m, d, wd, nesterov = self.lr, self.momentum, self.dampening, self.weight_decay, \
-            self.nesterov
-        p.device.exec(lambda: K.sgd_update(_flat(p), _flat(g), _flat(buf), lr, m, d, wd, nesterov),
-                      [p.block, g.block, buf.block], [p.block, buf.block])
+        m, d, wd, nesterov = self.momentum, self.dampening, self.weight_decay, self.nesterov
+
+        def update(p_, buf_, _p, g_, _buf):
+            K.sgd_update(*_flat(p_, g_, buf_), self.lr, m, d, wd, nesterov)
+        p.device.exec(update, reads=(p, g, buf), writes=(p, buf), name=f"SGD {param_name}")
 
 
 class Adam(Optimizer):
@@ -71,7 +91,10 @@ class Adam(Optimizer):
         if p not in self.moments:
             self.moments[p] = (zeros_like(p), zeros_like(p))
         m, v = self.moments[p]
-        t = self.step_counter + 1
-        args = (self.lr, self.beta_1, self.beta_2, self.epsilon, self.weight_decay, t)
-        p.device.exec(lambda: K.adam_update(_flat(p), _flat(g), _flat(m), _flat(v), *args),
-                      [p.block, g.block, m.block, v.block], [p.block, m.block, v.block])
+        steps = self._step_tensor(p.device)
+        b1, b2, eps, wd = self.beta_1, self.beta_2, self.epsilon, self.weight_decay
+
+        def update(p_, m_, v_, _p, g_, _m, _v, steps_):
+            K.adam_update(*_flat(p_, g_, m_, v_), self.lr, b1, b2, eps, wd, int(steps_[0]) + 1)
+        p.device.exec(update, reads=(p, g, m, v, steps), writes=(p, m, v),
+                      name=f"Adam {param_name}")

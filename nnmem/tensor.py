@@ -13,7 +13,7 @@ from nnmem import device as _device
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
 int32 = np.dtype(np.int32)
-_DTYPES = (float32, float64, int32)
+_DTYPES = (float32, float64, int32, np.dtype(np.int64))  # int64: internal counters only
 
 
 def _check_dtype(dtype):

@@ -60,7 +60,7 @@ def test_saved_activations_are_freed_during_backward():
         del g  # the optimizer would consume and drop it here
     del loss
     left = dev.memory_stats()["allocated_bytes.current"] - params_bytes
-    assert left == x.block.pool.size_of(x.block.offset), "only the input batch remains"
+    assert left == dev.pool.size_of(x.block.offset), "only the input batch remains"
 
 
 def test_backward_without_training_mode_is_explained():

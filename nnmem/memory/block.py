@@ -4,8 +4,11 @@ Memory contract
 - A Block is created with a size and no bytes (lazy allocation). It takes its bytes from the
   pool the first time an operation is about to write it (``ensure_allocated``).
 - Every Tensor that refers to the block holds one reference (``inc_ref``). When the last
-  reference goes (``dec_ref`` reaches 0) the bytes go back to the pool at once, so the next
-  request of a similar size can reuse them (memory sharing through the pool).
+  reference goes (``dec_ref`` reaches 0) the device is told: normally the bytes go back to the
+  pool at once, so the next request of a similar size can reuse them (memory sharing through
+  the pool); with recycling switched off they go back only when the training step ends.
+- A recorded graph does not hold references: it *plans* the block instead, giving it a fixed
+  offset inside the graph's arena (``planned``). A planned block is never freed on its own.
 - Reading a block that was never written is a bug in the caller (the bytes would be garbage):
   it raises instead of returning garbage.
 """
@@ -19,14 +22,15 @@ class UnwrittenBlockError(RuntimeError):
 
 
 class Block:
-    __slots__ = ("pool", "nbytes", "offset", "ref_count", "desc", "__weakref__")
+    __slots__ = ("device", "nbytes", "offset", "ref_count", "desc", "planned", "__weakref__")
 
-    def __init__(self, pool, nbytes, desc=""):
-        self.pool = pool
+    def __init__(self, device, nbytes, desc=""):
+        self.device = device
         self.nbytes = int(nbytes)
         self.offset = None  # no bytes yet: allocated on first write
         self.ref_count = 0
         self.desc = desc  # who made it, for the out-of-memory report and the timeline
+        self.planned = False
 
     @property
     def allocated(self):
@@ -35,7 +39,7 @@ class Block:
     def ensure_allocated(self):
         """Give the block its bytes if it has none yet (the lazy allocation point)."""
         if self.offset is None:
-            self.offset = self.pool.alloc(self.nbytes, owner=self)
+            self.offset = self.device.pool.alloc(self.nbytes, owner=self)
 
     def check_written(self):
         if self.offset is None:
@@ -46,8 +50,7 @@ class Block:
     def array(self, shape, dtype):
         """A NumPy view of the block's bytes as `shape` and `dtype` (no copy)."""
         dtype = np.dtype(dtype)
-        count = math.prod(shape)
-        raw = self.pool.view(self.offset, count * dtype.itemsize)
+        raw = self.device.pool.view(self.offset, math.prod(shape) * dtype.itemsize)
         return raw.view(dtype).reshape(shape)
 
     def inc_ref(self):
@@ -56,12 +59,12 @@ class Block:
     def dec_ref(self):
         self.ref_count -= 1
         if self.ref_count == 0:
-            self.release()
+            self.device.on_unreferenced(self)
 
     def release(self):
         """Return the bytes to the pool; the block may be written (and allocated) again later."""
-        if self.offset is not None:
-            self.pool.free(self.offset)
+        if self.offset is not None and not self.planned:
+            self.device.pool.free(self.offset)
             self.offset = None
 
     def __str__(self):

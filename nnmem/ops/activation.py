@@ -1,8 +1,9 @@
 """Activations: ReLU and Sigmoid. Both save their output, not their input: the gradient can be
-written from y alone (relu: dy * [y > 0]; sigmoid: dy * y * (1 - y))."""
+written from y alone (relu: dy * [y > 0]; sigmoid: dy * y * (1 - y)). So the forward may
+overwrite its input in place (when no later operation reads it), and the backward may
+overwrite dy."""
 from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
-from nnmem.ops.arith import flat
 
 
 class _Activation(Operator):
@@ -11,7 +12,8 @@ class _Activation(Operator):
     def forward(self, x):
         y = self.output(x.shape, x.dtype)
         fwd = type(self).kernel_forward
-        self.run(lambda: fwd(flat(y), flat(x)), reads=(x,), writes=(y,))
+        self.run(lambda y_, x_: fwd(y_.reshape(-1), x_.reshape(-1)), reads=(x,), writes=(y,),
+                 inplace=((y, x),))
         self.save(y)
         return y
 
@@ -19,7 +21,8 @@ class _Activation(Operator):
         (y,) = self.saved
         dx = self.output(dy.shape, dy.dtype)
         bwd = type(self).kernel_backward
-        self.run(lambda: bwd(flat(dx), flat(dy), flat(y)), reads=(dy, y), writes=(dx,))
+        self.run(lambda dx_, dy_, y_: bwd(dx_.reshape(-1), dy_.reshape(-1), y_.reshape(-1)),
+                 reads=(dy, y), writes=(dx,), inplace=((dx, dy),))
         return dx
 
 

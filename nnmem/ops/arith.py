@@ -1,11 +1,10 @@
-"""Elementwise arithmetic and reshaping: y = a + b, a - b, a * b (tensor or scalar), views."""
+"""Elementwise arithmetic and reshaping: y = a + b, a - b, a * b (tensor or scalar), views.
+
+Kernel functions receive NumPy arrays from the device, outputs first: ``fn(*writes, *reads)``.
+Elementwise kernels take flat arrays, hence the ``.reshape(-1)`` (a view, no copy).
+"""
 from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
-
-
-def flat(t):
-    """The tensor's pool bytes as a flat 1-D array (what elementwise kernels take)."""
-    return t.raw.reshape(-1)
 
 
 def _check_same_shape(op, a, b):
@@ -16,34 +15,34 @@ def _check_same_shape(op, a, b):
         raise TypeError(f"{op}: operands have dtypes {a.dtype} and {b.dtype}; make them equal")
 
 
+def _binary(op, kernel, a, b):
+    """y = kernel(a, b) elementwise; y may take the memory of a input whose last use this is."""
+    y = op.output(a.shape, a.dtype)
+    op.run(lambda y_, a_, b_: kernel(y_.reshape(-1), a_.reshape(-1), b_.reshape(-1)),
+           reads=(a, b), writes=(y,), inplace=((y, a), (y, b)))
+    return y
+
+
 class Add(Operator):
     """y = a + b; the gradient flows unchanged into both inputs."""
 
     def forward(self, a, b):
         _check_same_shape("add", a, b)
-        y = self.output(a.shape, a.dtype)
-        self.run(lambda: K.add(flat(y), flat(a), flat(b)), reads=(a, b), writes=(y,))
-        return y
+        return _binary(self, K.add, a, b)
 
     def backward(self, dy):
         return dy, dy
 
 
 class Sub(Operator):
-    """y = a - b."""
+    """y = a - b; da = dy, db = -dy."""
 
     def forward(self, a, b):
         _check_same_shape("sub", a, b)
-        y = self.output(a.shape, a.dtype)
-        self.run(lambda: K.sub(flat(y), flat(a), flat(b)), reads=(a, b), writes=(y,))
-        return y
+        return _binary(self, K.sub, a, b)
 
     def backward(self, dy):
-        db = self.output(dy.shape, dy.dtype) if self.needs_grad[1] else None
-        if db is not None:
-            self.run(lambda: (K.fill(flat(db), 0), K.axpy(flat(db), -1.0, flat(dy))),
-                     reads=(dy,), writes=(db,))
-        return dy, db
+        return dy, (_scaled(self, dy, -1.0) if self.needs_grad[1] else None)
 
 
 class Mul(Operator):
@@ -51,23 +50,14 @@ class Mul(Operator):
 
     def forward(self, a, b):
         _check_same_shape("mul", a, b)
-        y = self.output(a.shape, a.dtype)
-        self.run(lambda: K.mul(flat(y), flat(a), flat(b)), reads=(a, b), writes=(y,))
         self.save(a, b)
-        return y
+        return _binary(self, K.mul, a, b)
 
     def backward(self, dy):
         a, b = self.saved
-        grads = []
-        for other, needed in ((b, self.needs_grad[0]), (a, self.needs_grad[1])):
-            if not needed:
-                grads.append(None)
-                continue
-            d = self.output(dy.shape, dy.dtype)
-            self.run(lambda d=d, other=other: K.mul(flat(d), flat(dy), flat(other)),
-                     reads=(dy, other), writes=(d,))
-            grads.append(d)
-        return tuple(grads)
+        da = _binary(self, K.mul, dy, b) if self.needs_grad[0] else None
+        db = _binary(self, K.mul, dy, a) if self.needs_grad[1] else None
+        return da, db
 
 
 class Scale(Operator):
@@ -78,16 +68,20 @@ class Scale(Operator):
         self.alpha = float(alpha)
 
     def forward(self, x):
-        return self._scaled(x)
+        return _scaled(self, x, self.alpha)
 
     def backward(self, dy):
-        return self._scaled(dy)
+        return _scaled(self, dy, self.alpha)
 
-    def _scaled(self, x):
-        y = self.output(x.shape, x.dtype)
-        self.run(lambda: (K.copy(flat(y), flat(x)), K.scale(flat(y), self.alpha)),
-                 reads=(x,), writes=(y,))
-        return y
+
+def _scaled(op, x, alpha):
+    y = op.output(x.shape, x.dtype)
+
+    def kernel(y_, x_):
+        K.copy(y_.reshape(-1), x_.reshape(-1))
+        K.scale(y_.reshape(-1), alpha)
+    op.run(kernel, reads=(x,), writes=(y,), inplace=((y, x),))
+    return y
 
 
 class Reshape(Operator):

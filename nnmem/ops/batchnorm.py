@@ -25,15 +25,19 @@ class BatchNorm2d(Operator):
         y = self.output(x.shape, x.dtype)
         rm, rv = self.running_mean, self.running_var
         if not autograd.training:
-            self.run(lambda: K.batchnorm2d_forward_infer(y.raw, x.raw, scale.raw, bias.raw,
-                                                         rm.raw, rv.raw, self.eps),
+            eps = self.eps
+            self.run(lambda y_, x_, g_, b_, rm_, rv_:
+                     K.batchnorm2d_forward_infer(y_, x_, g_, b_, rm_, rv_, eps),
                      reads=(x, scale, bias, rm, rv), writes=(y,))
             return y
         mean, invstd = self.output((c,), x.dtype), self.output((c,), x.dtype)
-        self.run(lambda: K.batchnorm2d_forward_train(y.raw, mean.raw, invstd.raw, rm.raw, rv.raw,
-                                                     x.raw, scale.raw, bias.raw,
-                                                     self.momentum, self.eps),
-                 reads=(x, scale, bias, rm, rv), writes=(y, mean, invstd, rm, rv))
+        momentum, eps = self.momentum, self.eps
+
+        def kernel(y_, mean_, invstd_, rm_, rv_, x_, g_, b_, _rm, _rv):
+            K.batchnorm2d_forward_train(y_, mean_, invstd_, rm_, rv_, x_, g_, b_, momentum, eps)
+        # The running statistics are read and updated in place (they are written, so that
+        # a graph orders this step before anything that reads them later).
+        self.run(kernel, reads=(x, scale, bias, rm, rv), writes=(y, mean, invstd, rm, rv))
         self.save(x, scale, mean, invstd)
         return y
 
@@ -41,9 +45,8 @@ class BatchNorm2d(Operator):
         x, scale, mean, invstd = self.saved
         dx = self.output(x.shape, dy.dtype)
         dscale, dbias = self.output(scale.shape, dy.dtype), self.output(scale.shape, dy.dtype)
-        self.run(lambda: K.batchnorm2d_backward(dx.raw, dscale.raw, dbias.raw, dy.raw, x.raw,
-                                                scale.raw, mean.raw, invstd.raw),
-                 reads=(dy, x, scale, mean, invstd), writes=(dx, dscale, dbias))
+        self.run(K.batchnorm2d_backward, reads=(dy, x, scale, mean, invstd),
+                 writes=(dx, dscale, dbias))
         return dx, dscale, dbias
 
 

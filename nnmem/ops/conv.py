@@ -40,7 +40,7 @@ class Conv2d(Operator):
         ws = self._workspace(n, x.dtype, extra_bytes=y.memsize())
         self._conv_pass(K.conv2d_forward_direct, K.conv2d_forward_gemm, y, x, W, ws)
         if b is not None:
-            self.run(lambda: K.add_bias_nchw(y.raw, b.raw), reads=(b, y), writes=(y,))
+            self.run(lambda y_, b_, _: K.add_bias_nchw(y_, b_), reads=(b, y), writes=(y,))
         self.save(x if self.needs_grad[1] else None, W if self.needs_grad[0] else None)
         return y
 
@@ -64,7 +64,7 @@ class Conv2d(Operator):
                             dW, dy, x, ws)
         if self.has_bias and self.needs_grad[2]:
             db = self.output((o,), dy.dtype)
-            self.run(lambda: K.bias_grad_nchw(db.raw, dy.raw), reads=(dy,), writes=(db,))
+            self.run(K.bias_grad_nchw, reads=(dy,), writes=(db,))
         return (dx, dW, db) if self.has_bias else (dx, dW)
 
     def _conv_pass(self, direct, gemm, out, a, b, ws):
@@ -72,11 +72,11 @@ class Conv2d(Operator):
         there is a workspace and the direct one otherwise."""
         (sh, sw), (ph, pw) = self.stride, self.padding
         if ws is None:
-            self.run(lambda: direct(out.raw, a.raw, b.raw, sh, sw, ph, pw), reads=(a, b),
+            self.run(lambda out_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw), reads=(a, b),
                      writes=(out,))
         else:
-            self.run(lambda: gemm(out.raw, a.raw, b.raw, ws.raw, sh, sw, ph, pw), reads=(a, b),
-                     writes=(out, ws))
+            self.run(lambda out_, ws_, a_, b_: gemm(out_, a_, b_, ws_, sh, sw, ph, pw),
+                     reads=(a, b), writes=(out, ws))
 
     def _workspace(self, n, dtype, extra_bytes):
         """The gemm workspace tensor sized to the free memory, or None for the direct algorithm.

@@ -1,10 +1,14 @@
 """Dropout (inverted): in training, y = x * mask with mask = 0 (probability `ratio`) or
-1 / (1 - ratio); at inference y = x. The mask is drawn from the device's generator when the
-kernel runs, and kept for backward."""
+1 / (1 - ratio); at inference y = x.
+
+The mask is drawn from the device's generator when the kernel runs (so a replayed graph draws
+a new mask every iteration) and kept for backward. Every draw reads and writes the device's
+`rng_state` tensor: a graph therefore keeps the draws in their recorded order, whatever order
+it runs the other operations in, and replays give the same numbers as eager runs.
+"""
 from nnmem import autograd
 from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
-from nnmem.ops.arith import flat
 
 
 class Dropout(Operator):
@@ -18,21 +22,24 @@ class Dropout(Operator):
         if not autograd.training:
             return x
         y, mask = self.output(x.shape, x.dtype), self.output(x.shape, x.dtype)
-        rng = self.device.rng
+        rng, ratio = self.device.rng, self.ratio
+        state = self.device.rng_state
 
-        def draw_and_apply():
-            rng.random(out=flat(mask), dtype=x.dtype)
-            K.dropout_forward(flat(y), flat(mask), flat(x), self.ratio)
+        def draw_and_apply(y_, mask_, state_, x_, _):
+            rng.random(out=mask_.reshape(-1), dtype=mask_.dtype)
+            state_[0] += 1  # counts draws; the read+write is what orders them in a graph
+            K.dropout_forward(y_.reshape(-1), mask_.reshape(-1), x_.reshape(-1), ratio)
 
-        self.run(draw_and_apply, reads=(x,), writes=(y, mask))
+        self.run(draw_and_apply, reads=(x, state), writes=(y, mask, state), inplace=((y, x),))
         self.save(mask)
         return y
 
     def backward(self, dy):
         (mask,) = self.saved
         dx = self.output(dy.shape, dy.dtype)
-        self.run(lambda: K.dropout_backward(flat(dx), flat(dy), flat(mask)),
-                 reads=(dy, mask), writes=(dx,))
+        self.run(lambda dx_, dy_, m_: K.dropout_backward(dx_.reshape(-1), dy_.reshape(-1),
+                                                         m_.reshape(-1)),
+                 reads=(dy, mask), writes=(dx,), inplace=((dx, dy), (dx, mask)))
         return dx
 
 

@@ -1,7 +1,6 @@
 """Dense algebra: y = x @ W (Matmul) and y = x + b broadcast over rows (AddBias)."""
 from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
-from nnmem.ops.arith import flat
 
 
 class Matmul(Operator):
@@ -14,7 +13,7 @@ class Matmul(Operator):
         if a.dtype != b.dtype:
             raise TypeError(f"matmul: dtypes {a.dtype} and {b.dtype} differ; make them equal")
         y = self.output((a.shape[0], b.shape[1]), a.dtype)
-        self.run(lambda: K.matmul(y.raw, a.raw, b.raw), reads=(a, b), writes=(y,))
+        self.run(K.matmul, reads=(a, b), writes=(y,))
         self.save(a if self.needs_grad[1] else None, b if self.needs_grad[0] else None)
         return y
 
@@ -23,10 +22,10 @@ class Matmul(Operator):
         da = db = None
         if self.needs_grad[0]:
             da = self.output((dy.shape[0], b.shape[0]), dy.dtype)
-            self.run(lambda: K.matmul(da.raw, dy.raw, b.raw.T), reads=(dy, b), writes=(da,))
+            self.run(lambda da_, dy_, b_: K.matmul(da_, dy_, b_.T), reads=(dy, b), writes=(da,))
         if self.needs_grad[1]:
             db = self.output((a.shape[1], dy.shape[1]), dy.dtype)
-            self.run(lambda: K.matmul(db.raw, a.raw.T, dy.raw), reads=(a, dy), writes=(db,))
+            self.run(lambda db_, a_, dy_: K.matmul(db_, a_.T, dy_), reads=(a, dy), writes=(db,))
         return da, db
 
 
@@ -37,15 +36,18 @@ class AddBias(Operator):
         if x.ndim() != 2 or b.shape != (x.shape[1],):
             raise ValueError(f"add_bias: x {x.shape} and bias {b.shape}; need (n, f) and (f,)")
         y = self.output(x.shape, x.dtype)
-        self.run(lambda: (K.copy(flat(y), flat(x)), K.add_bias_rows(y.raw, b.raw)),
-                 reads=(x, b), writes=(y,))
+
+        def kernel(y_, x_, b_):
+            K.copy(y_.reshape(-1), x_.reshape(-1))
+            K.add_bias_rows(y_, b_)
+        self.run(kernel, reads=(x, b), writes=(y,), inplace=((y, x),))
         return y
 
     def backward(self, dy):
         db = None
         if self.needs_grad[1]:
             db = self.output((dy.shape[1],), dy.dtype)
-            self.run(lambda: K.sum_rows(db.raw, dy.raw), reads=(dy,), writes=(db,))
+            self.run(K.sum_rows, reads=(dy,), writes=(db,))
         return dy, db
 
 

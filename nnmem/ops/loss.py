@@ -26,7 +26,7 @@ class SoftMaxCrossEntropy(Operator):
         loss, prob = self.output((1,), x.dtype), self.output(x.shape, x.dtype)
         fwd = K.softmax_cross_entropy_forward_onehot if self.onehot else \
             K.softmax_cross_entropy_forward
-        self.run(lambda: fwd(loss.raw, prob.raw, x.raw, t.raw), reads=(x, t), writes=(loss, prob))
+        self.run(fwd, reads=(x, t), writes=(loss, prob))
         self.save(prob, t)
         return loss
 
@@ -35,8 +35,7 @@ class SoftMaxCrossEntropy(Operator):
         dx = self.output(prob.shape, prob.dtype)
         bwd = K.softmax_cross_entropy_backward_onehot if self.onehot else \
             K.softmax_cross_entropy_backward
-        self.run(lambda: bwd(dx.raw, dloss.raw, prob.raw, t.raw), reads=(dloss, prob, t),
-                 writes=(dx,))
+        self.run(bwd, reads=(dloss, prob, t), writes=(dx,))
         return dx, None
 
 
@@ -50,8 +49,9 @@ class MeanSquareError(Operator):
         n = x.shape[0] if x.ndim() else 1
         shape2d = (n, x.size() // max(n, 1))
         loss, err = self.output((1,), x.dtype), self.output(x.shape, x.dtype)
-        self.run(lambda: K.mse_forward(loss.raw, err.raw.reshape(shape2d), x.raw.reshape(shape2d),
-                                       t.raw.reshape(shape2d)), reads=(x, t), writes=(loss, err))
+        self.run(lambda loss_, err_, x_, t_: K.mse_forward(
+            loss_, err_.reshape(shape2d), x_.reshape(shape2d), t_.reshape(shape2d)),
+            reads=(x, t), writes=(loss, err))
         self.save(err)
         self.shape2d = shape2d
         return loss
@@ -59,9 +59,10 @@ class MeanSquareError(Operator):
     def backward(self, dloss):
         (err,) = self.saved
         dx = self.output(err.shape, err.dtype)
-        self.run(lambda: K.mse_backward(dx.raw.reshape(self.shape2d), dloss.raw,
-                                        err.raw.reshape(self.shape2d)),
-                 reads=(dloss, err), writes=(dx,))
+        shape2d = self.shape2d
+        self.run(lambda dx_, dloss_, err_: K.mse_backward(dx_.reshape(shape2d), dloss_,
+                                                          err_.reshape(shape2d)),
+                 reads=(dloss, err), writes=(dx,), inplace=((dx, err),))
         return dx, None
 
 

@@ -32,11 +32,11 @@ class Pooling2d(Operator):
         self.in_shape = x.shape
         if self.is_max:
             argmax = self.output(out_shape, np.int32)
-            self.run(lambda: K.maxpool2d_forward(y.raw, argmax.raw, x.raw, kh, kw, sh, sw, ph, pw),
+            self.run(lambda y_, am_, x_: K.maxpool2d_forward(y_, am_, x_, kh, kw, sh, sw, ph, pw),
                      reads=(x,), writes=(y, argmax))
             self.save(argmax)
         else:
-            self.run(lambda: K.avgpool2d_forward(y.raw, x.raw, kh, kw, sh, sw, ph, pw),
+            self.run(lambda y_, x_: K.avgpool2d_forward(y_, x_, kh, kw, sh, sw, ph, pw),
                      reads=(x,), writes=(y,))
         return y
 
@@ -45,10 +45,9 @@ class Pooling2d(Operator):
         dx = self.output(self.in_shape, dy.dtype)
         if self.is_max:
             (argmax,) = self.saved
-            self.run(lambda: K.maxpool2d_backward(dx.raw, dy.raw, argmax.raw),
-                     reads=(dy, argmax), writes=(dx,))
+            self.run(K.maxpool2d_backward, reads=(dy, argmax), writes=(dx,))
         else:
-            self.run(lambda: K.avgpool2d_backward(dx.raw, dy.raw, kh, kw, sh, sw, ph, pw),
+            self.run(lambda dx_, dy_: K.avgpool2d_backward(dx_, dy_, kh, kw, sh, sw, ph, pw),
                      reads=(dy,), writes=(dx,))
         return dx
 

@@ -41,8 +41,7 @@ class Cat(Operator):
         shape = list(xs[0].shape)
         shape[axis] = sum(x.shape[axis] for x in xs)
         y = self.output(tuple(shape), xs[0].dtype)
-        self.run(lambda: np.concatenate([x.raw for x in xs], axis=axis, out=y.raw),
-                 reads=xs, writes=(y,))
+        self.run(lambda y_, *xs_: np.concatenate(xs_, axis=axis, out=y_), reads=xs, writes=(y,))
         self.sizes = [x.shape[axis] for x in xs]
         self.axis = axis
         return y
@@ -54,7 +53,7 @@ class Cat(Operator):
                 shape = dy.shape[:self.axis] + (size,) + dy.shape[self.axis + 1:]
                 dx = self.output(shape, dy.dtype)
                 index = (slice(None),) * self.axis + (slice(start, start + size),)
-                self.run(lambda dx=dx, index=index: np.copyto(dx.raw, dy.raw[index]),
+                self.run(lambda dx_, dy_, index=index: np.copyto(dx_, dy_[index]),
                          reads=(dy,), writes=(dx,))
                 dxs.append(dx)
             else:
