@@ -47,7 +47,13 @@ class ResNet(nn.Module):
         return self.net(x)
 
 
-def build(name, num_channels, depth=20):
+def build(name, num_channels=1, depth=20, hidden=(256, 256)):
+    if name == "mlp":
+        layers, width = [nn.Flatten()], 784
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        return nn.Sequential(*layers, nn.Linear(width, 10))
     if name == "cnn":
         net = CNN(num_channels)
         net(torch.zeros(1, num_channels, 28, 28))  # materialise the lazy Linear

@@ -18,13 +18,14 @@ from nnmem.models import create_model
 
 CASES = {
     "cnn": dict(model="cnn", batch=64, shape=(1, 28, 28), kwargs=dict(num_channels=1)),
+    "mlp": dict(model="mlp", batch=64, shape=(1, 28, 28), kwargs=dict(hidden=(256, 256))),
     "resnet20": dict(model="resnet", batch=32, shape=(3, 32, 32),
                      kwargs=dict(depth=20, num_channels=3)),
 }
 LR, MOMENTUM, WEIGHT_DECAY = 0.02, 0.9, 1e-5
 
 
-def nnmem_step(case, seed=0):
+def nnmem_step(case, seed=0, use_graph=False):
     """A function running one nnmem training step on a fixed random batch."""
     dev = device.create_cpu_device()
     dev.SetRandSeed(seed)
@@ -33,7 +34,7 @@ def nnmem_step(case, seed=0):
     rng = np.random.default_rng(seed)
     tx = tensor.PlaceHolder((case["batch"],) + case["shape"], dev)
     ty = tensor.PlaceHolder((case["batch"],), dev, tensor.int32)
-    model.compile([tx], is_train=True, use_graph=False)
+    model.compile([tx], is_train=True, use_graph=use_graph)
     tx.copy_from_numpy(rng.random(tx.shape, dtype=np.float32))
     ty.copy_from_numpy(rng.integers(0, 10, case["batch"]).astype(np.int32))
     return lambda: model(tx, ty)
@@ -67,8 +68,11 @@ def images_per_second(step, steps, batch):
     return steps * batch / (time.perf_counter() - start)
 
 
-def measure(name, case, steps, repeats, warmup=3):
+def measure(name, case, steps, repeats, warmup=3, graph=False):
+    """Median images/second of each runner; the runners alternate within every repeat."""
     runners = {"nnmem_eager": nnmem_step(case)}
+    if graph:
+        runners["nnmem_graph"] = nnmem_step(case, use_graph=True)
     reference = torch_step(case)
     if reference is not None:
         runners["pytorch"] = reference
@@ -89,7 +93,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--cases", nargs="*", default=["cnn", "resnet20"], choices=list(CASES))
     parser.add_argument("--json", help="also write the JSON to this file")
     args = parser.parse_args()
     results = {}

@@ -165,7 +165,7 @@ def _constant(shape, dtype, device, value):
     """A tensor filled with `value` by a device operation (so that a recorded step refills it)."""
     from nnmem.tensor import Tensor
     t = Tensor(shape, device, dtype, requires_grad=False)
-    device.exec(lambda t_: t_.fill(value), reads=(), writes=(t,), name=f"fill {value}")
+    device.exec(lambda t_: t_.fill(value), reads=(), writes=(t,), name=f"backward:fill {value}")
     return t
 
 

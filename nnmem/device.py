@@ -33,7 +33,7 @@ class Device:
     recycle   -- free a block as soon as nothing refers to it (default). Off: keep every block
                  of a training step until the step ends (SuperNeurons' network-wide allocation,
                  the baseline every memory technique is measured against).
-    recorder  -- while a Model records its step, every exec call is also appended to it.
+    recorder  -- while a Model records its step, exec calls are appended to it, not run.
     timeline  -- when a list, every exec appends (name, allocated bytes, live blocks).
     """
 
@@ -97,16 +97,18 @@ class Device:
         """Run ``fn(*write_arrays, *read_arrays)``; `reads` and `writes` are tensors.
 
         Written blocks are allocated here, just before their first writer (lazy allocation);
-        a read of a block nobody wrote raises instead of returning garbage.
+        a read of a block nobody wrote raises instead of returning garbage. While a model
+        records its step the call is only buffered (SINGA): nothing runs, nothing is allocated.
         """
         if self.dry_run:
+            return
+        if self.recorder is not None:
+            self.recorder.record(fn, reads, writes, name, inplace)
             return
         for t in reads:
             t.block.check_written()
         for t in writes:
             t.block.ensure_allocated()
-        if self.recorder is not None:
-            self.recorder.record(fn, reads, writes, name, inplace)
         self.run_kernel(name, fn, [t.raw for t in writes] + [t.raw for t in reads])
 
     def run_kernel(self, name, fn, arrays):

@@ -29,8 +29,8 @@ class Layer:
             kind = "parameter" if value.stores_grad else "state"
             (self._params if value.stores_grad else self._states)[name] = value
             prefix = self.full_name()
-            value.block.desc = f"{kind} {prefix + self.sep if prefix else ''}{name} " \
-                               f"{value.shape} {value.dtype}"
+            value.name = f"{prefix + self.sep if prefix else ''}{name}"
+            value.block.desc = f"{kind} {value.name} {value.shape} {value.dtype}"
         object.__setattr__(self, name, value)
 
     def register_layers(self, *layers):

@@ -4,6 +4,16 @@
 ``compile`` runs one forward pass on shapes alone (the device's dry run: no kernel, no memory)
 so that every lazily initialised layer creates its parameters, as SINGA's compile buffers one
 pass and discards it.
+
+Graph mode (``use_graph=True``): the first call of ``model(tx, ty)`` records every kernel call
+of the step (forward, loss, backward, optimizer update) without running any, as SINGA buffers
+operations. The recording is compiled (ordered, its intermediate memory planned once, see
+nnmem.graph) and then run; every call, the first included, runs the compiled graph. Later
+calls with inputs of the same shapes replay it: ``train_one_batch`` itself does not run
+again, and the same output tensors are returned, updated in place. A new input shape, or
+eval(), records a graph of its own. Python code in ``train_one_batch`` that does not go
+through operators (printing, branching on data) runs only at the recording, where values
+do not exist yet: reading one there raises RecordingReadError.
 """
 import io
 import json
@@ -12,6 +22,8 @@ import zipfile
 import numpy as np
 
 from nnmem import autograd
+from nnmem.graph.executor import CompiledStep
+from nnmem.graph.recorder import Recorder
 from nnmem.layer import Layer
 from nnmem.tensor import Tensor, from_numpy
 
@@ -39,6 +51,7 @@ class Model(Layer):
         self.sequential = False
         self.initialized = False
         self.optimizer = _NoOptimizer()
+        self._graphs = {}  # (training, input shapes and dtypes) -> CompiledStep
 
     def set_optimizer(self, optimizer):
         self.optimizer = optimizer
@@ -61,11 +74,22 @@ class Model(Layer):
             autograd.training = previous
         self.graph(use_graph, sequential)
         self.train(is_train)
+        self.get_states()  # names every parameter and state (conv1.W, ...) for optimizers
         self.initialized = True
 
     def graph(self, mode=True, sequential=False):
-        """Turn graph mode on or off, with serial (sequential=True) or BFS order."""
-        self.graph_mode, self.sequential = mode, sequential
+        """Turn graph mode on or off, with serial (sequential=True) or BFS order. Graphs
+        already recorded are re-planned for the new order (not recorded again)."""
+        self.graph_mode = mode
+        if sequential != self.sequential:
+            for compiled in self._graphs.values():
+                compiled.compile(sequential)
+        self.sequential = sequential
+
+    def compiled_step(self, *inputs):
+        """The CompiledStep recorded for these inputs in the current mode (None if none yet):
+        its memory_summary(), describe() and timeline show what graph mode did."""
+        return self._graphs.get(self._graph_key(inputs))
 
     def train(self, mode=True):
         """Training mode: model(...) runs train_one_batch; autograd saves for backward."""
@@ -88,10 +112,36 @@ class Model(Layer):
             if isinstance(self.optimizer, _NoOptimizer) and \
                     "optimizer" in type(self).train_one_batch.__code__.co_names:
                 self.optimizer(None)
-            autograd.training = True
-            return self.train_one_batch(*inputs, **kwargs)
-        autograd.training = False
-        return self.forward(*inputs, **kwargs)
+        autograd.training = self.training
+        step = self.train_one_batch if self.training else self.forward
+        dev = inputs[0].device if inputs and isinstance(inputs[0], Tensor) else None
+        if not self.graph_mode or dev is None or dev.recorder is not None:
+            result = step(*inputs, **kwargs)  # eager (or inside another model's recording)
+        else:
+            result = self._run_graph(dev, step, inputs, kwargs)
+        if dev is not None:
+            dev.end_step()
+        return result
+
+    def _graph_key(self, inputs):
+        return (self.training,) + tuple((t.shape, t.dtype) if isinstance(t, Tensor) else t
+                                        for t in inputs)
+
+    def _run_graph(self, dev, step, inputs, kwargs):
+        key = self._graph_key(inputs)
+        compiled = self._graphs.get(key)
+        if compiled is not None:
+            return compiled.replay(inputs)
+        recorder = dev.recorder = Recorder()
+        try:
+            result = step(*inputs, **kwargs)
+        finally:
+            dev.recorder = None
+        shapes = ", ".join("x".join(map(str, t.shape)) for t in inputs if isinstance(t, Tensor))
+        label = f"{type(self).__name__} ({'training' if self.training else 'inference'}, {shapes})"
+        compiled = CompiledStep(dev, recorder, inputs, result, self.sequential, label)
+        self._graphs[key] = compiled
+        return compiled.replay(inputs)
 
     # -- checkpoints in SINGA's format --------------------------------------------------------
     def save_states(self, fpath, aux_states=None):

@@ -175,6 +175,7 @@ def test_stats_after_a_sequence():
     assert s == {
         "allocated_bytes.current": A + 3 * A,
         "allocated_bytes.peak": A + 2 * A + 3 * A,
+        "high_water_bytes": A + 2 * A + 3 * A,
         "requested_bytes.current": 10 + 3 * A,
         "reserved_bytes": 16 * A,
         "free_bytes": 12 * A,

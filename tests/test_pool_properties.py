@@ -45,6 +45,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.tag = 0
         self.allocs = self.frees = 0
         self.peak = 0
+        self.high_water = 0
 
     def allocated(self):
         return sum(size for _, size, _, _ in self.live.values())
@@ -81,6 +82,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.tag += 1
         self.allocs += 1
         self.peak = max(self.peak, self.allocated())
+        self.high_water = max(self.high_water, off + size)
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())
@@ -108,6 +110,7 @@ class PoolMachine(RuleBasedStateMachine):
     def reset_peak(self):
         self.pool.reset_peak()
         self.peak = self.allocated()
+        self.high_water = max((off + v[1] for off, v in self.live.items()), default=0)
 
     # -- invariants, checked after every step --------------------------------
 
@@ -144,6 +147,8 @@ class PoolMachine(RuleBasedStateMachine):
         assert s["num_allocs"] == self.allocs and s["num_frees"] == self.frees
         assert s["num_allocs"] - s["num_frees"] == s["active_blocks"] == len(self.live)
         assert s["allocated_bytes.peak"] == self.peak
+        assert s["high_water_bytes"] == self.high_water
+        assert s["allocated_bytes.peak"] <= s["high_water_bytes"]  # live bytes fit below the mark
         live = self.pool.live_blocks()
         assert [b[1] for b in live] == sorted((b[1] for b in live), reverse=True)
         assert {b[0]: b[2] for b in live} == {off: v[3] for off, v in self.live.items()}

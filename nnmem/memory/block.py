@@ -8,7 +8,8 @@ Memory contract
   pool at once, so the next request of a similar size can reuse them (memory sharing through
   the pool); with recycling switched off they go back only when the training step ends.
 - A recorded graph does not hold references: it *plans* the block instead, giving it a fixed
-  offset inside the graph's arena (``planned``). A planned block is never freed on its own.
+  offset inside the graph's arena (``planned`` is then the arena's offset). A planned block
+  is never freed on its own: the arena goes back to the pool as a whole.
 - Reading a block that was never written is a bug in the caller (the bytes would be garbage):
   it raises instead of returning garbage.
 """
@@ -21,8 +22,13 @@ class UnwrittenBlockError(RuntimeError):
     """An operation read a tensor whose block was never written."""
 
 
+class RecordingReadError(RuntimeError):
+    """Python read a tensor of a step that is being recorded (its value does not exist yet)."""
+
+
 class Block:
     __slots__ = ("device", "nbytes", "offset", "ref_count", "desc", "planned", "__weakref__")
+    # planned: None, or the offset of the graph arena block this block's bytes lie inside
 
     def __init__(self, device, nbytes, desc=""):
         self.device = device
@@ -30,7 +36,7 @@ class Block:
         self.offset = None  # no bytes yet: allocated on first write
         self.ref_count = 0
         self.desc = desc  # who made it, for the out-of-memory report and the timeline
-        self.planned = False
+        self.planned = None
 
     @property
     def allocated(self):
@@ -42,6 +48,11 @@ class Block:
             self.offset = self.device.pool.alloc(self.nbytes, owner=self)
 
     def check_written(self):
+        if self.offset is None and self.device.recorder is not None:
+            raise RecordingReadError(
+                f"{self} is computed by the training step that graph mode is recording right "
+                "now: the step runs once the recording ends, so read it after model(...) "
+                "returns (or call model.graph(False) to run eagerly)")
         if self.offset is None:
             raise UnwrittenBlockError(
                 f"read of {self} before anything wrote it; write it first "
@@ -50,7 +61,8 @@ class Block:
     def array(self, shape, dtype):
         """A NumPy view of the block's bytes as `shape` and `dtype` (no copy)."""
         dtype = np.dtype(dtype)
-        raw = self.device.pool.view(self.offset, math.prod(shape) * dtype.itemsize)
+        raw = self.device.pool.view(self.offset, math.prod(shape) * dtype.itemsize,
+                                    within=self.planned)
         return raw.view(dtype).reshape(shape)
 
     def inc_ref(self):
@@ -63,7 +75,7 @@ class Block:
 
     def release(self):
         """Return the bytes to the pool; the block may be written (and allocated) again later."""
-        if self.offset is not None and not self.planned:
+        if self.offset is not None and self.planned is None:
             self.device.pool.free(self.offset)
             self.offset = None
 

@@ -85,6 +85,7 @@ class Pool:
         self._allocated = 0  # sum of live (rounded) sizes
         self._requested = 0  # sum of live unrounded requests; the gap is alignment padding
         self._peak = 0
+        self._high_water = 0  # end of the highest block allocated since the last reset
         self._num_allocs = 0
         self._num_frees = 0
 
@@ -156,6 +157,7 @@ class Pool:
         self._allocated += size
         self._requested += nbytes
         self._peak = max(self._peak, self._allocated)
+        self._high_water = max(self._high_water, offset + size)
         self._num_allocs += 1
         return offset
 
@@ -209,16 +211,21 @@ class Pool:
             raise ValueError(self._bad_offset("size_of", offset))
         return entry[0]
 
-    def view(self, offset: int, nbytes: int) -> np.ndarray:
+    def view(self, offset: int, nbytes: int, within: int | None = None) -> np.ndarray:
         """A uint8 view (no copy) of the first ``nbytes`` bytes of the live block at ``offset``.
+
+        ``within``: the offset of a live block that contains [offset, offset + nbytes): a
+        graph's planned tensors live inside its one arena block, at offsets of their own.
 
         Writing through the view writes the arena. The view stays valid memory after
         ``free``, but the bytes may then belong to another block: use-after-free is
         the owner's bug, exactly as with a raw pointer.
         """
-        size = self.size_of(offset)
-        if not 0 <= nbytes <= size:
-            raise ValueError(f"Pool.view: {nbytes} bytes do not fit the {size}-byte block at offset {offset}.")
+        start = offset if within is None else within
+        size = self.size_of(start)
+        if not (0 <= nbytes and start <= offset and offset + nbytes <= start + size):
+            raise ValueError(f"Pool.view: bytes [{offset}, {offset + nbytes}) do not fit the "
+                             f"{size}-byte block at offset {start}.")
         return self.arena[offset : offset + nbytes]
 
     # -- statistics -----------------------------------------------------------
@@ -230,6 +237,9 @@ class Pool:
         """Counters named like ``torch.cuda.memory_stats()``.
 
         allocated_bytes.*  rounded sizes of live blocks (what the arena gives up)
+        high_water_bytes   end of the highest block allocated since the last reset: the smallest
+                           arena this run needed, fragmentation included (what a pool that grows
+                           on demand, like SINGA's CnMem, would have reserved)
         requested_bytes.current  what callers asked for; the gap is alignment padding
         reserved_bytes     the arena's capacity (the pool holds it all, used or not)
         largest_free_block / free_segments  how fragmented the free space is
@@ -237,6 +247,7 @@ class Pool:
         return {
             "allocated_bytes.current": self._allocated,
             "allocated_bytes.peak": self._peak,
+            "high_water_bytes": self._high_water,
             "requested_bytes.current": self._requested,
             "reserved_bytes": self.capacity,
             "free_bytes": self.capacity - self._allocated,
@@ -248,8 +259,10 @@ class Pool:
         }
 
     def reset_peak(self) -> None:
-        """Start a new peak measurement: allocated_bytes.peak = allocated_bytes.current."""
+        """Start a new peak measurement: allocated_bytes.peak = allocated_bytes.current, and the
+        high-water mark = the end of the highest live block."""
         self._peak = self._allocated
+        self._high_water = max((off + entry[0] for off, entry in self._live.items()), default=0)
 
     def segments(self) -> list[tuple[int, int, bool]]:
         """The arena's layout as (offset, size, is_free), sorted by offset, covering [0, capacity)."""

@@ -1,0 +1,1 @@
+"""Graph mode: record one training step, analyse it, plan its memory, replay it."""

@@ -1,0 +1,138 @@
+"""A compiled step: a recorded training step, ordered, planned, and replayed.
+
+Compiling (once, right after the recording, before anything has run):
+1. classify every block (input / parameter / intermediate / end, see liveness.py);
+2. choose the replay order (serial or BFS, see schedule.py);
+3. give the intermediate blocks storages with live ranges in that order, merging in-place
+   pairs, and plan an offset for each storage (memory/planner.py);
+4. allocate the plan's arena from the pool as ONE block and point every intermediate block
+   at its planned offset inside it;
+5. build every node's argument arrays once.
+Replaying then calls the kernel functions with their ready arrays, in order: no Python
+operator code, no allocator call, no array construction.
+"""
+import weakref
+
+from nnmem.graph.liveness import END, INTERMEDIATE, block_kinds, storages
+from nnmem.graph.schedule import dependencies, replay_order
+from nnmem.memory.planner import plan
+from nnmem.memory.timeline import Timeline
+
+
+class CompiledStep:
+    def __init__(self, device, recorder, inputs, result, sequential, label):
+        from nnmem.tensor import Tensor
+        self.device, self.label = device, label
+        self.nodes = recorder.nodes
+        self.inputs = inputs
+        self.result = result
+        self.kinds, self.blocks = block_kinds(self.nodes)
+        # Read-first blocks are held by the recorder; results are held here, so that nothing
+        # the replay writes or reads can be freed under it.
+        self.held = recorder.held + [
+            Tensor._on_block(b, (b.nbytes,), "uint8", device)
+            for k, b in self.blocks.items() if self.kinds[k] == END]
+        for k, block in self.blocks.items():  # results live in ordinary pool blocks
+            if self.kinds[k] == END:
+                block.ensure_allocated()
+        self._finalizer = None
+        self.compile(sequential)
+
+    # -- compiling ------------------------------------------------------------------------
+    def compile(self, sequential):
+        """(Re)plan the step for serial (sequential=True) or BFS order."""
+        self.release_arena()
+        self.sequential = sequential
+        self.order = replay_order(self.nodes, sequential)
+        pool = self.device.pool
+        align = pool.alignment
+        self.storages = storages(self.nodes, self.order, self.kinds,
+                                 round_up=lambda n: -(-max(n, 1) // align) * align,
+                                 recycle=self.device.recycle)
+        sizes = [s.nbytes for s in self.storages]
+        self.plan = plan(sizes, [(s.first, s.last) for s in self.storages])
+        persistent = pool.stats()
+        self.base = pool.alloc(self.plan.arena_bytes, owner=f"graph arena of {self.label}")
+        self._finalizer = weakref.finalize(self, pool.free, self.base)
+        for storage, offset in zip(self.storages, self.plan.offsets):
+            for block in storage.blocks:
+                block.offset, block.planned = self.base + offset, self.base
+        self.calls = [(self.nodes[i].name, self.nodes[i].fn,
+                       [spec.array() for spec in self.nodes[i].writes + self.nodes[i].reads])
+                      for i in self.order]
+        self.timeline = self._planned_timeline(persistent["allocated_bytes.current"],
+                                               persistent["active_blocks"])
+
+    def release_arena(self):
+        """Give the arena back to the pool; the intermediate blocks lose their offsets."""
+        if self._finalizer is None or not self._finalizer.alive:
+            return
+        self._finalizer()
+        for storage in self.storages:
+            for block in storage.blocks:
+                block.offset, block.planned = None, None
+
+    # -- replaying -------------------------------------------------------------------------
+    def replay(self, inputs):
+        """Run the recorded step again on the data now in its input tensors."""
+        for given, recorded in zip(inputs, self.inputs):
+            if given is not recorded and hasattr(given, "block"):
+                given.block.check_written()
+                recorded.raw[...] = given.raw  # data enters through the recorded placeholders
+        dev = self.device
+        if dev.verbosity or dev.timeline is not None:
+            for name, fn, arrays in self.calls:
+                dev.run_kernel(name, fn, arrays)
+        else:
+            for _, fn, arrays in self.calls:
+                fn(*arrays)
+        return self.result
+
+    # -- what a learner looks at -----------------------------------------------------------
+    def memory_summary(self):
+        """The plan's figures: lower bound, arena, blocks, storages, in-place merges."""
+        intermediates = sum(1 for k in self.kinds.values() if k == INTERMEDIATE)
+        return {"nodes": len(self.nodes), "order": "serial" if self.sequential else "bfs",
+                "intermediate_blocks": intermediates, "storages": len(self.storages),
+                "inplace_merges": intermediates - len(self.storages),
+                "lower_bound_bytes": self.plan.lower_bound,
+                "arena_bytes": self.plan.arena_bytes,
+                "arena_over_lower_bound": self.plan.arena_bytes / max(self.plan.lower_bound, 1)}
+
+    def describe(self, limit=None):
+        """The graph as text: nodes in replay order with the blocks they read and write."""
+        names, edges = {}, sum(len(p) for p in dependencies(self.nodes))
+
+        def short(spec):
+            key = id(spec.block)
+            names.setdefault(key, f"b{len(names)}")
+            return f"{names[key]}:{self.kinds[key][:5]}"
+        lines = [f"graph of {self.label}: {len(self.nodes)} nodes, {edges} edges, "
+                 f"{'serial' if self.sequential else 'BFS'} order"]
+        for position, i in enumerate(self.order[:limit]):
+            node = self.nodes[i]
+            reads = " ".join(short(s) for s in node.reads)
+            writes = " ".join(short(s) for s in node.writes)
+            lines.append(f"{position:4d}  {node.name[:34]:34} reads {reads:32} writes {writes}")
+        if limit is not None and len(self.order) > limit:
+            lines.append(f"  ... {len(self.order) - limit} more")
+        return "\n".join(lines)
+
+    def _planned_timeline(self, persistent_bytes, persistent_blocks):
+        """Bytes and live tensors at each position: persistent + the storages live there."""
+        n = len(self.order)
+        delta_bytes, delta_live = [0] * (n + 1), [0] * (n + 1)
+        for s in self.storages:
+            delta_bytes[s.first] += s.nbytes
+            delta_bytes[s.last + 1] -= s.nbytes
+            delta_live[s.first] += len(s.blocks)
+            delta_live[s.last + 1] -= len(s.blocks)
+        bytes_in_use, live, b, c = [], [], persistent_bytes, persistent_blocks
+        for position in range(n):
+            b += delta_bytes[position]
+            c += delta_live[position]
+            bytes_in_use.append(b)
+            live.append(c)
+        names = [self.nodes[i].name for i in self.order]
+        return Timeline(f"graph ({'serial' if self.sequential else 'BFS'})", names,
+                        bytes_in_use, live)

@@ -1,0 +1,99 @@
+"""What each block of a recorded step is, and when it is live.
+
+Kinds (from the first use of the block in the step, and whether anything outside the graph
+still refers to it once the step has been recorded):
+- input:        first read, never written: data fed from Python (placeholders, constants);
+- parameter:    first read, then written in place: weights, BatchNorm statistics, optimizer
+                state;
+- intermediate: first written, and nothing outside the graph refers to it: activations,
+                gradients, workspaces. Only these are recycled and planned;
+- end:          first written, and still referred to from Python (returned results, anything
+                the user kept): kept, never recycled.
+
+A block is live from the position of its first access to the position of its last access in
+the replay order: its memory can be recycled right after its last reader (automatic
+recycling by reference counts, SINGA). Two blocks whose live ranges do not overlap may share
+memory, whatever their shapes (MXNet).
+
+In-place (MXNet): when a node may write its output over an input (an elementwise kernel) and
+the node is that input's last reader, the output is merged into the input's storage. Only
+then: reusing an input that a later node still reads is the in-place "trap".
+"""
+INPUT, PARAMETER, INTERMEDIATE, END = "input", "parameter", "intermediate", "end"
+
+
+def block_kinds(nodes):
+    """{id(block): kind} for every block the step touches."""
+    first_read, written, blocks = {}, set(), {}
+    for node in nodes:
+        for spec in node.reads:
+            first_read.setdefault(id(spec.block), id(spec.block) not in written)
+        for spec in node.writes:
+            first_read.setdefault(id(spec.block), False)
+            written.add(id(spec.block))
+        for block in node.blocks():
+            blocks[id(block)] = block
+    kinds = {}
+    for key, block in blocks.items():
+        if first_read[key]:
+            kinds[key] = PARAMETER if key in written else INPUT
+        else:
+            kinds[key] = END if block.ref_count > 0 else INTERMEDIATE
+    return kinds, blocks
+
+
+class Storage:
+    """Memory for one or more blocks that never need it at the same time (in-place chains)."""
+    __slots__ = ("blocks", "nbytes", "first", "last")
+
+    def __init__(self, block, nbytes, first, last):
+        self.blocks, self.nbytes, self.first, self.last = [block], nbytes, first, last
+
+    def __repr__(self):
+        return f"<Storage {self.nbytes} B, steps {self.first}..{self.last}, {len(self.blocks)} blocks>"
+
+
+def storages(nodes, order, kinds, round_up, inplace=True, recycle=True):
+    """The intermediate blocks' storages with their live ranges, in replay positions.
+
+    recycle=False gives every block the whole step (nothing is ever reused: the baseline).
+    """
+    first, last = {}, {}
+    for position, i in enumerate(order):
+        for block in nodes[i].blocks():
+            key = id(block)
+            if kinds[key] == INTERMEDIATE:
+                first.setdefault(key, position)
+                last[key] = position
+    blocks = {id(b): b for n in nodes for b in n.blocks()}
+    storage_of = {}
+    result = []
+    for position, i in enumerate(order):
+        node = nodes[i]
+        merged = {}
+        if inplace and recycle:
+            for out, inp in node.inplace:
+                ko, ki = id(out), id(inp)
+                if (kinds.get(ko) == INTERMEDIATE and kinds.get(ki) == INTERMEDIATE
+                        and ko not in storage_of and ko not in merged and ki in storage_of
+                        and last[ki] == position and first[ko] == position
+                        and ki not in merged.values()
+                        and round_up(out.nbytes) <= storage_of[ki].nbytes):
+                    merged[ko] = ki
+        for block in node.blocks():
+            key = id(block)
+            if kinds[key] != INTERMEDIATE or key in storage_of:
+                continue
+            if key in merged:
+                storage = storage_of[merged[key]]
+                storage.blocks.append(block)
+                storage.last = max(storage.last, last[key])
+            else:
+                storage = Storage(block, round_up(block.nbytes), first[key], last[key])
+                result.append(storage)
+            storage_of[key] = storage
+    if not recycle:
+        for storage in result:
+            storage.first, storage.last = 0, len(order) - 1
+    assert len(storage_of) == sum(1 for k in blocks if kinds[k] == INTERMEDIATE)
+    return result

@@ -1,0 +1,67 @@
+"""Recording a step: while a model records, every ``device.exec`` call becomes a Node, and
+nothing runs (SINGA buffers the operations the same way). The step runs afterwards, as a graph.
+
+A Node keeps the kernel function and, for each tensor it reads or writes, an ArraySpec: the
+block, the shape and the dtype. ArraySpecs hold no reference count, so recording changes
+nothing about which blocks Python holds. The one exception is deliberate: a block whose first
+use in the step is a *read* (an input, a parameter, optimizer state, a constant made from
+Python) must keep its bytes and its data for every replay, so the recorder holds a tensor on
+it.
+"""
+from typing import NamedTuple
+
+import numpy as np
+
+
+class ArraySpec(NamedTuple):
+    """How a node sees a block: with this shape and dtype."""
+    block: object
+    shape: tuple
+    dtype: np.dtype
+
+    def array(self):
+        return self.block.array(self.shape, self.dtype)
+
+
+class Node:
+    """One recorded kernel call: ``fn(*[w.array() for w in writes], *[r.array() for r in reads])``."""
+    __slots__ = ("index", "name", "fn", "writes", "reads", "inplace")
+
+    def __init__(self, index, name, fn, writes, reads, inplace):
+        self.index, self.name, self.fn = index, name, fn
+        self.writes, self.reads, self.inplace = writes, reads, inplace
+
+    def blocks(self):
+        """Every block this node touches, each once, reads first."""
+        seen = {}
+        for spec in self.reads + self.writes:
+            seen.setdefault(id(spec.block), spec.block)
+        return list(seen.values())
+
+    def __repr__(self):
+        return f"<Node {self.index} {self.name}>"
+
+
+class Recorder:
+    def __init__(self):
+        self.nodes = []
+        self._seen = set()      # ids of blocks already used in this step
+        self._written = set()   # ids of blocks a recorded node writes
+        self.held = []          # tensors that keep read-first blocks (and their data) alive
+
+    def record(self, fn, reads, writes, name, inplace):
+        from nnmem.tensor import Tensor
+        for t in reads:
+            if id(t.block) not in self._written:
+                t.block.check_written()  # read-first: its data must exist already
+                if id(t.block) not in self._seen:
+                    self.held.append(Tensor._on_block(t.block, t.shape, t.dtype, t.device))
+        for t in tuple(reads) + tuple(writes):
+            self._seen.add(id(t.block))
+        for t in writes:
+            self._written.add(id(t.block))
+        self.nodes.append(Node(
+            len(self.nodes), name, fn,
+            tuple(ArraySpec(t.block, t.shape, t.dtype) for t in writes),
+            tuple(ArraySpec(t.block, t.shape, t.dtype) for t in reads),
+            tuple((out.block, inp.block) for out, inp in inplace)))

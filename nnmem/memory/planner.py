@@ -1,0 +1,100 @@
+"""The static allocation plan: an offset for every storage of a recorded step, once.
+
+Input: each storage's size and live range [first, last] (positions in the replay order).
+Output: offsets such that two storages whose live ranges overlap never overlap in memory,
+and the arena size (the largest offset + size). Planning is a pure function of sizes and
+ranges, so it is tested without any device.
+
+The lower bound LB = max over positions of the bytes live at that position: no plan can use
+less (and finding the best plan is NP-hard in general: it is dynamic storage allocation).
+The placement is greedy (as in TensorFlow Lite's arena planner): take the storages in some
+order, and put each at the smallest gap between already placed storages whose live ranges
+overlap its own (best fit), or above them all. Several orders are tried and the smallest arena
+kept: largest first ("greedy by size"), longest-lived first, by start position then size
+("greedy by breadth"), and, for graphs small enough to afford it, a few seeded shuffles of
+the largest-first order within power-of-two size classes (sizes of one class can be swapped
+almost freely, and which of them goes first decides which gaps are left).
+"""
+import math
+import random
+from typing import NamedTuple
+
+#: Placement work allowed for the shuffled restarts, in (storage x storage) comparisons.
+RESTART_BUDGET = 2_000_000
+MAX_RESTARTS = 64
+
+
+class Plan(NamedTuple):
+    offsets: list       # per storage, bytes from the start of the arena
+    arena_bytes: int    # bytes the plan needs
+    lower_bound: int    # max over positions of live bytes
+
+
+def lower_bound(sizes, ranges):
+    """max over positions p of the sum of sizes[i] with ranges[i] containing p."""
+    events = []
+    for size, (first, last) in zip(sizes, ranges):
+        events.append((first, size))
+        events.append((last + 1, -size))
+    events.sort()
+    live = peak = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
+def plan(sizes, ranges, seed=0):
+    """The smallest of the greedy plans over several placement orders; returns a Plan.
+    Deterministic: the same sizes and ranges always give the same offsets."""
+    n = range(len(sizes))
+    orders = [
+        sorted(n, key=lambda i: (-sizes[i], ranges[i][0], i)),                       # by size
+        sorted(n, key=lambda i: (ranges[i][0] - ranges[i][1], -sizes[i], i)),        # longest
+        sorted(n, key=lambda i: (ranges[i][0], -sizes[i], i)),                       # breadth
+    ]
+    rng = random.Random(seed)
+    restarts = min(MAX_RESTARTS, RESTART_BUDGET // max(len(sizes) ** 2, 1))
+    for _ in range(restarts):
+        shuffled = list(n)
+        rng.shuffle(shuffled)
+        orders.append(sorted(shuffled, key=lambda i: -math.floor(math.log2(max(sizes[i], 1)))))
+    bound = lower_bound(sizes, ranges)
+    best = None
+    for order in orders:
+        placed = _place(sizes, ranges, order)
+        if best is None or placed[1] < best[1]:
+            best = placed
+        if best[1] == bound:  # cannot do better than the lower bound
+            break
+    offsets, arena = best if best is not None else ([], 0)
+    return Plan(offsets, arena, bound)
+
+
+def _place(sizes, ranges, order):
+    """Best-fit placement of the storages in `order`: (offsets, arena bytes)."""
+    placed = []  # (offset, size, first, last)
+    offsets = [0] * len(sizes)
+    for i in order:
+        size, (first, last) = sizes[i], ranges[i]
+        overlapping = sorted((o, s) for o, s, f, l in placed if f <= last and first <= l)
+        best_offset, best_gap, end = None, None, 0
+        for o, s in overlapping:
+            gap = o - end
+            if gap >= size and (best_gap is None or gap < best_gap):
+                best_offset, best_gap = end, gap
+            end = max(end, o + s)
+        offsets[i] = end if best_offset is None else best_offset
+        placed.append((offsets[i], size, first, last))
+    return offsets, max((o + s for o, s, _, _ in placed), default=0)
+
+
+def check_plan(sizes, ranges, offsets):
+    """Raise if two storages that are live at the same time overlap in memory."""
+    items = sorted(range(len(sizes)), key=lambda i: offsets[i])
+    for a_pos, a in enumerate(items):
+        for b in items[a_pos + 1:]:
+            if offsets[b] >= offsets[a] + sizes[a]:
+                break
+            if ranges[a][0] <= ranges[b][1] and ranges[b][0] <= ranges[a][1]:
+                raise AssertionError(f"storages {a} and {b} are live together and overlap")
