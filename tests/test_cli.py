@@ -20,6 +20,16 @@ def test_train_mlp_eagerly(capsys):
     assert "mlp on digits" in capsys.readouterr().out
 
 
+def test_timeline_plot(capsys, tmp_path):
+    png = tmp_path / "timeline.png"
+    assert main(["train", "--model", "mlp", "--epochs", "1", "--max-batches", "1",
+                 "--timeline", str(png)]) == 0
+    out = capsys.readouterr().out
+    for label in ("no recycling", "eager", "graph (BFS)", "static plan: arena"):
+        assert label in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_bad_input_is_explained(capsys):
     assert main(["train", "--data", "imagenet"]) == 2
     assert "digits" in capsys.readouterr().err

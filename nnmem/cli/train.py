@@ -8,7 +8,9 @@ from nnmem import device, opt, tensor
 from nnmem.cli.progress import ProgressBar
 from nnmem.data import iterate_batches, load
 from nnmem.memory import format_bytes
+from nnmem.memory.timeline import plot_timelines
 from nnmem.models import MODELS, create_model
+from nnmem.timelines import step_timelines
 
 
 def add_parser(commands):
@@ -28,6 +30,9 @@ def add_parser(commands):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-batches", type=int, default=None,
                    help="stop each epoch after this many batches (quick runs)")
+    p.add_argument("--timeline", metavar="PNG", default=None,
+                   help="before training, plot one step's memory (no recycling, eager, graph) "
+                        "with the lower bound, to this PNG file")
     p.set_defaults(run=run)
 
 
@@ -50,6 +55,8 @@ def run(args):
     print(f"{args.model} on {args.data}: {len(x_train)} training / {len(x_test)} test images "
           f"{x_train.shape[1:]}, {sum(p.size() for p in model.get_params().values()):,} "
           f"parameters, batch {batch}, pool {format_bytes(dev.pool.capacity)}")
+    if args.timeline:
+        plot_step_timelines(args, x_train[:batch], y_train[:batch], num_classes)
     steps = len(x_train) // batch
     if args.max_batches:
         steps = min(steps, args.max_batches)
@@ -72,6 +79,23 @@ def run(args):
         print(f"epoch {epoch + 1}: loss {np.mean(losses):.4f}  test accuracy {accuracy:.4f}  "
               f"{steps * batch / seconds:.0f} images/s  peak pool memory {format_bytes(peak)}")
     return 0
+
+
+def plot_step_timelines(args, x, y, num_classes):
+    """Measure one step three ways on throwaway copies of the model, and plot them."""
+    def make_model():
+        return create_model(args.model, num_classes=num_classes, num_channels=x.shape[1],
+                            depth=args.depth)
+    timelines, plan = step_timelines(make_model, x, y, args.pool, args.seed)
+    for t in timelines.values():
+        position, name = t.peak_step()
+        print(f"  {t.label:13} peak {format_bytes(t.peak):>10} at step {position} ({name})")
+    print(f"  static plan: arena {format_bytes(plan['arena_bytes'])}, lower bound "
+          f"{format_bytes(plan['lower_bound_bytes'])}")
+    plot_timelines(list(timelines.values()), args.timeline,
+                   lower_bound=plan["persistent_bytes"] + plan["lower_bound_bytes"],
+                   title=f"{args.model}, batch {len(x)}: memory during one training step")
+    print(f"  timeline written to {args.timeline}")
 
 
 def evaluate(model, dev, x, y, batch):

@@ -60,8 +60,8 @@ class CompiledStep:
         self.calls = [(self.nodes[i].name, self.nodes[i].fn,
                        [spec.array() for spec in self.nodes[i].writes + self.nodes[i].reads])
                       for i in self.order]
-        self.timeline = self._planned_timeline(persistent["allocated_bytes.current"],
-                                               persistent["active_blocks"])
+        self.persistent_bytes = persistent["allocated_bytes.current"]
+        self.timeline = self._planned_timeline(self.persistent_bytes, persistent["active_blocks"])
 
     def release_arena(self):
         """Give the arena back to the pool; the intermediate blocks lose their offsets."""
@@ -90,12 +90,15 @@ class CompiledStep:
 
     # -- what a learner looks at -----------------------------------------------------------
     def memory_summary(self):
-        """The plan's figures: lower bound, arena, blocks, storages, in-place merges."""
+        """The plan's figures: lower bound and arena (of the intermediate blocks), the bytes
+        that stay allocated outside the arena (parameters, optimizer state, inputs, results,
+        and anything else in the pool), blocks, storages, in-place merges."""
         intermediates = sum(1 for k in self.kinds.values() if k == INTERMEDIATE)
         return {"nodes": len(self.nodes), "order": "serial" if self.sequential else "bfs",
                 "intermediate_blocks": intermediates, "storages": len(self.storages),
                 "inplace_merges": intermediates - len(self.storages),
                 "lower_bound_bytes": self.plan.lower_bound,
+                "persistent_bytes": self.persistent_bytes,
                 "arena_bytes": self.plan.arena_bytes,
                 "arena_over_lower_bound": self.plan.arena_bytes / max(self.plan.lower_bound, 1)}
 
@@ -125,8 +128,9 @@ class CompiledStep:
         for s in self.storages:
             delta_bytes[s.first] += s.nbytes
             delta_bytes[s.last + 1] -= s.nbytes
-            delta_live[s.first] += len(s.blocks)
-            delta_live[s.last + 1] -= len(s.blocks)
+            for first, last in s.ranges:
+                delta_live[first] += 1
+                delta_live[last + 1] -= 1
         bytes_in_use, live, b, c = [], [], persistent_bytes, persistent_blocks
         for position in range(n):
             b += delta_bytes[position]

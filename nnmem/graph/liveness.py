@@ -43,11 +43,13 @@ def block_kinds(nodes):
 
 
 class Storage:
-    """Memory for one or more blocks that never need it at the same time (in-place chains)."""
-    __slots__ = ("blocks", "nbytes", "first", "last")
+    """Memory for one or more blocks that never need it at the same time (in-place chains).
+    `ranges` holds each block's own live range; first..last covers them all."""
+    __slots__ = ("blocks", "ranges", "nbytes", "first", "last")
 
     def __init__(self, block, nbytes, first, last):
-        self.blocks, self.nbytes, self.first, self.last = [block], nbytes, first, last
+        self.blocks, self.ranges = [block], [(first, last)]
+        self.nbytes, self.first, self.last = nbytes, first, last
 
     def __repr__(self):
         return f"<Storage {self.nbytes} B, steps {self.first}..{self.last}, {len(self.blocks)} blocks>"
@@ -87,6 +89,7 @@ def storages(nodes, order, kinds, round_up, inplace=True, recycle=True):
             if key in merged:
                 storage = storage_of[merged[key]]
                 storage.blocks.append(block)
+                storage.ranges.append((first[key], last[key]))
                 storage.last = max(storage.last, last[key])
             else:
                 storage = Storage(block, round_up(block.nbytes), first[key], last[key])
@@ -95,5 +98,6 @@ def storages(nodes, order, kinds, round_up, inplace=True, recycle=True):
     if not recycle:
         for storage in result:
             storage.first, storage.last = 0, len(order) - 1
+            storage.ranges = [(0, len(order) - 1)] * len(storage.blocks)
     assert len(storage_of) == sum(1 for k in blocks if kinds[k] == INTERMEDIATE)
     return result

@@ -1,0 +1,44 @@
+"""One training step's memory, technique by technique, measured on a throwaway copy.
+
+``step_timelines(make_model, x, y)`` builds fresh models from `make_model` (same seed, so the
+same parameters) on fresh devices, runs one warm-up step (optimizer state appears on the
+first step) and then one measured step each way:
+- "no recycling": eager, with the device's recycling switched off (every block kept until the
+  step ends: the baseline);
+- "eager": blocks freed as soon as nothing refers to them;
+- "graph": the compiled step's timeline, from its static plan.
+It returns the timelines and the graph's plan summary (with its lower bound).
+"""
+import numpy as np
+
+from nnmem import device, opt, tensor
+from nnmem.memory.timeline import Timeline
+
+
+def _trained_model(make_model, x, y, use_graph, recycle, pool_bytes, seed):
+    dev = device.create_cpu_device(pool_bytes)
+    dev.recycle = recycle
+    dev.SetRandSeed(seed)
+    model = make_model()
+    model.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
+    tx = tensor.PlaceHolder(x.shape, dev)
+    ty = tensor.PlaceHolder(y.shape, dev, tensor.int32)
+    model.compile([tx], is_train=True, use_graph=use_graph)
+    tx.copy_from_numpy(x)
+    ty.copy_from_numpy(np.asarray(y, np.int32))
+    model(tx, ty)  # warm-up: momentum buffers, recording
+    return model, dev, tx, ty
+
+
+def step_timelines(make_model, x, y, pool_bytes=None, seed=0):
+    """{label: Timeline} for one step with no recycling, eager and graph; and the plan summary."""
+    timelines = {}
+    for label, recycle in (("no recycling", False), ("eager", True)):
+        model, dev, tx, ty = _trained_model(make_model, x, y, False, recycle, pool_bytes, seed)
+        dev.timeline = []
+        model(tx, ty)
+        timelines[label] = Timeline.from_samples(label, dev.timeline)
+    model, dev, tx, ty = _trained_model(make_model, x, y, True, True, pool_bytes, seed)
+    compiled = model.compiled_step(tx, ty)
+    timelines["graph"] = compiled.timeline
+    return timelines, compiled.memory_summary()
