@@ -13,14 +13,13 @@
    measured alternately in the same run (ratios, not absolute times).
 """
 import argparse
-import json
 
 import numpy as np
 
 from nnmem import device, opt, tensor
 from nnmem.memory import format_bytes
 from nnmem.models import create_model
-from train import CASES, measure
+from train import CASES, emit_json, measure
 
 IDENTITY_CASES = {"cnn": (64, (1, 28, 28), {}), "mlp": (64, (1, 28, 28), {}),
                   "resnet20": (32, (3, 32, 32), {"depth": 20})}
@@ -108,11 +107,7 @@ def main():
                       f"{r['ratio_graph_vs_pytorch']:.2f}") if "pytorch" in r else ""
         print(f"   {name:4} eager {r['nnmem_eager']:.0f}  graph {r['nnmem_graph']:.0f}  "
               f"graph/eager {r['ratio_graph_vs_eager']:.2f}{torch_part}")
-    text = json.dumps(out, sort_keys=True, default=str)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+    emit_json(out, args.json)
 
 
 if __name__ == "__main__":

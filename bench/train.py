@@ -104,10 +104,15 @@ def main():
         torch_ips = f"{r['pytorch']:9.0f}" if "pytorch" in r else f"{'-':>9}"
         ratio = f"{r['ratio_eager_vs_pytorch']:6.2f}" if "pytorch" in r else f"{'-':>6}"
         print(f"{name:10} {CASES[name]['batch']:5d} {r['nnmem_eager']:12.0f} {torch_ips} {ratio}")
-    text = json.dumps(results, sort_keys=True)
+    emit_json(results, args.json)
+
+
+def emit_json(results, path=None):
+    """Print the results as one JSON line (the last line of every benchmark), and save it."""
+    text = json.dumps(results, sort_keys=True, default=str)
     print(text)
-    if args.json:
-        with open(args.json, "w") as f:
+    if path:
+        with open(path, "w") as f:
             f.write(text + "\n")
 
 

@@ -25,7 +25,7 @@ from nnmem import autograd
 from nnmem.graph.executor import CompiledStep
 from nnmem.graph.recorder import Recorder
 from nnmem.layer import Layer
-from nnmem.tensor import Tensor, from_numpy
+from nnmem.tensor import Tensor, from_numpy, to_numpy
 
 
 class CheckpointError(ValueError):
@@ -154,7 +154,6 @@ class Model(Layer):
             for name, t in states.items():
                 if not isinstance(t, Tensor):
                     raise TypeError(f"save_states: {name} is a {type(t).__name__}, not a Tensor")
-                from nnmem.tensor import to_numpy
                 tensors[name] = to_numpy(t)
                 attrs[name] = {"state_type": kind, "shape": list(t.shape), "dtype": str(t.dtype)}
         buffer = io.BytesIO()

@@ -134,22 +134,20 @@ class Tensor:
 
     def gaussian(self, mean, std):
         """Fill with samples of N(mean, std^2) from the device's generator; returns self."""
-        a = self._host_array()
-        if self.dtype == int32:
-            raise TypeError("gaussian() fills a float tensor, this one is int32")
-        self.device.rng.standard_normal(out=a.reshape(-1), dtype=self.dtype)
-        a *= std
-        a += mean
-        return self
+        return self._fill_random(self.device.rng.standard_normal, std, mean)
 
     def uniform(self, low, high):
         """Fill with samples of U[low, high) from the device's generator; returns self."""
+        return self._fill_random(self.device.rng.random, high - low, low)
+
+    def _fill_random(self, draw, scale, shift):
+        """self = draw() * scale + shift, drawn straight into the pool bytes."""
+        if self.dtype.kind != "f":
+            raise TypeError(f"random fills need a float tensor, this one is {self.dtype}")
         a = self._host_array()
-        if self.dtype == int32:
-            raise TypeError("uniform() fills a float tensor, this one is int32")
-        self.device.rng.random(out=a.reshape(-1), dtype=self.dtype)
-        a *= high - low
-        a += low
+        draw(out=a.reshape(-1), dtype=self.dtype)
+        a *= scale
+        a += shift
         return self
 
     def clone(self):
