@@ -15,6 +15,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from nnmem.memory.arena import SharedArena
 from nnmem.memory.block import Block
 from nnmem.memory.pool import Pool
 from nnmem.memory.units import format_bytes, parse_bytes
@@ -43,6 +44,7 @@ class Device:
         if pool_bytes is None:
             pool_bytes = os.environ.get("NNMEM_POOL_BYTES", DEFAULT_POOL_BYTES)
         self.pool = Pool(parse_bytes(pool_bytes), strategy=strategy)
+        self.graph_arena = SharedArena(self.pool)  # where compiled steps plan intermediates
         self.name = name
         self.dev_id = dev_id
         self.rng = np.random.default_rng()

@@ -324,3 +324,22 @@ def test_profiling_and_timelines():
     assert compiled.timeline.peak == max(compiled.timeline.bytes) >= compiled.plan.lower_bound
     assert len(compiled.timeline.bytes) == len(compiled.nodes)
     assert "conv1:Conv2d" in compiled.describe(limit=5)
+
+
+def test_compiled_steps_of_a_device_share_one_arena():
+    m = create_model("cnn")
+    data = batches((8, 1, 28, 28), 2)
+    _, _, dev, tx, ty = train(m, data, use_graph=True)
+    m.eval()
+    small = tensor.from_numpy(data[0][0][:3], dev)
+    m(small)
+    m(tensor.from_numpy(data[0][0], dev))
+    plans = [c.plan.arena_bytes for c in m._graphs.values()]
+    assert len(plans) == 3
+    assert dev.graph_arena.size == max(plans) < sum(plans)
+    owners = [str(owner) for _, _, owner in dev.pool.live_blocks()]
+    assert sum("graph arena" in o for o in owners) == 1
+    del m, owners
+    import gc
+    gc.collect()
+    assert dev.graph_arena.offset is None, "the arena goes back to the pool with its steps"

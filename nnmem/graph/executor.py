@@ -5,14 +5,13 @@ Compiling (once, right after the recording, before anything has run):
 2. choose the replay order (serial or BFS, see schedule.py);
 3. give the intermediate blocks storages with live ranges in that order, merging in-place
    pairs, and plan an offset for each storage (memory/planner.py);
-4. allocate the plan's arena from the pool as ONE block and point every intermediate block
-   at its planned offset inside it;
+4. place the plan in the device's graph arena (ONE pool block, shared by all the compiled
+   steps of the device, see memory/arena.py) and point every intermediate block at its
+   planned offset inside it;
 5. build every node's argument arrays once.
 Replaying then calls the kernel functions with their ready arrays, in order: no Python
 operator code, no allocator call, no array construction.
 """
-import weakref
-
 from nnmem.graph.liveness import END, INTERMEDIATE, block_kinds, storages
 from nnmem.graph.schedule import dependencies, replay_order
 from nnmem.memory.planner import plan
@@ -35,13 +34,14 @@ class CompiledStep:
         for k, block in self.blocks.items():  # results live in ordinary pool blocks
             if self.kinds[k] == END:
                 block.ensure_allocated()
-        self._finalizer = None
+        self.storages = []
         self.compile(sequential)
 
     # -- compiling ------------------------------------------------------------------------
     def compile(self, sequential):
         """(Re)plan the step for serial (sequential=True) or BFS order."""
-        self.release_arena()
+        arena = self.device.graph_arena
+        arena.leave(self)
         self.sequential = sequential
         self.order = replay_order(self.nodes, sequential)
         pool = self.device.pool
@@ -51,26 +51,22 @@ class CompiledStep:
                                  recycle=self.device.recycle)
         sizes = [s.nbytes for s in self.storages]
         self.plan = plan(sizes, [(s.first, s.last) for s in self.storages])
-        persistent = pool.stats()
-        self.base = pool.alloc(self.plan.arena_bytes, owner=f"graph arena of {self.label}")
-        self._finalizer = weakref.finalize(self, pool.free, self.base)
+        stats = pool.stats()
+        in_arena = 1 if arena.offset is not None else 0
+        self.persistent_bytes = stats["allocated_bytes.current"] - arena.size
+        self.timeline = self._planned_timeline(self.persistent_bytes,
+                                               stats["active_blocks"] - in_arena)
+        arena.join(self, self.plan.arena_bytes)
+
+    def place(self, base):
+        """Point the intermediate blocks at their planned offsets from `base` (the arena's
+        offset in the pool), and build every call's arrays there."""
         for storage, offset in zip(self.storages, self.plan.offsets):
             for block in storage.blocks:
-                block.offset, block.planned = self.base + offset, self.base
+                block.offset, block.planned = base + offset, base
         self.calls = [(self.nodes[i].name, self.nodes[i].fn,
                        [spec.array() for spec in self.nodes[i].writes + self.nodes[i].reads])
                       for i in self.order]
-        self.persistent_bytes = persistent["allocated_bytes.current"]
-        self.timeline = self._planned_timeline(self.persistent_bytes, persistent["active_blocks"])
-
-    def release_arena(self):
-        """Give the arena back to the pool; the intermediate blocks lose their offsets."""
-        if self._finalizer is None or not self._finalizer.alive:
-            return
-        self._finalizer()
-        for storage in self.storages:
-            for block in storage.blocks:
-                block.offset, block.planned = None, None
 
     # -- replaying -------------------------------------------------------------------------
     def replay(self, inputs):
