@@ -1,4 +1,5 @@
 """nnmem train: runs, reports per epoch, and answers bad input without a traceback."""
+import json
 import re
 
 from nnmem.cli import main
@@ -28,6 +29,12 @@ def test_timeline_plot(capsys, tmp_path):
     for label in ("no recycling", "eager", "graph (BFS)", "static plan: arena"):
         assert label in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads((tmp_path / "timeline.json").read_text())
+    labels = [t["label"] for t in data["timelines"]]
+    assert labels == ["no recycling", "eager", "graph (BFS)"]
+    graph = data["timelines"][2]
+    assert len(graph["bytes"]) == len(graph["names"]) == len(graph["live"])
+    assert max(graph["bytes"]) >= data["lower_bound_bytes"] > 0
 
 
 def test_bad_input_is_explained(capsys):

@@ -1,5 +1,7 @@
 """nnmem train: train a zoo model on a data set and report, per epoch, the loss, the test
 accuracy, images per second and the pool's peak memory."""
+import json
+import os
 import time
 
 import numpy as np
@@ -32,7 +34,8 @@ def add_parser(commands):
                    help="stop each epoch after this many batches (quick runs)")
     p.add_argument("--timeline", metavar="PNG", default=None,
                    help="before training, plot one step's memory (no recycling, eager, graph) "
-                        "with the lower bound, to this PNG file")
+                        "with the lower bound to this PNG file, and write the data beside it "
+                        "as JSON (same name, .json)")
     p.set_defaults(run=run)
 
 
@@ -92,10 +95,14 @@ def plot_step_timelines(args, x, y, num_classes):
         print(f"  {t.label:13} peak {format_bytes(t.peak):>10} at step {position} ({name})")
     print(f"  static plan: arena {format_bytes(plan['arena_bytes'])}, lower bound "
           f"{format_bytes(plan['lower_bound_bytes'])}")
-    plot_timelines(list(timelines.values()), args.timeline,
-                   lower_bound=plan["persistent_bytes"] + plan["lower_bound_bytes"],
+    bound = plan["persistent_bytes"] + plan["lower_bound_bytes"]
+    plot_timelines(list(timelines.values()), args.timeline, lower_bound=bound,
                    title=f"{args.model}, batch {len(x)}: memory during one training step")
-    print(f"  timeline written to {args.timeline}")
+    data_path = os.path.splitext(args.timeline)[0] + ".json"
+    with open(data_path, "w") as f:
+        json.dump({"lower_bound_bytes": bound, "plan": plan,
+                   "timelines": [t.as_dict() for t in timelines.values()]}, f)
+    print(f"  timeline written to {args.timeline} (data: {data_path})")
 
 
 def evaluate(model, dev, x, y, batch):
