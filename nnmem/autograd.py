@@ -17,6 +17,9 @@ import numpy as np
 #: True while training: operators then save what backward needs. Model.train()/eval() set it.
 training = False
 
+#: Operator.run's `recompute` value for a call that may simply be run again.
+SAME = "same"
+
 _scope = []  # names of the layers being called, innermost last (labels memory in reports)
 
 
@@ -50,6 +53,7 @@ class Operator:
         self.requires_grad = False
         self.device = None
         self.label = self.name
+        self.phase = "forward"  # "backward" while backward() runs (recorded with each kernel)
 
     def __call__(self, *xs):
         self.device = xs[0].device
@@ -86,13 +90,17 @@ class Operator:
         desc = f"{self.label} {tuple(shape)} {dtype}"
         return Tensor._on_block(self.device.new_block(nbytes, desc), shape, dtype, self.device)
 
-    def run(self, fn, reads, writes, inplace=()):
+    def run(self, fn, reads, writes, inplace=(), recompute=None):
         """Submit a kernel call to the device: it runs ``fn(*write_arrays, *read_arrays)``.
 
         `inplace` lists (output, input) pairs where the output may take the input's memory
         when this operation is the input's last reader (the kernel must be elementwise-safe).
+        `recompute` says how a cheap forward operation can be run again, exactly, in backward
+        (SuperNeurons' recomputation): SAME (the call itself is a pure function of its reads),
+        or (fn, reads, writes) of a call that rebuilds the outputs from tensors kept anyway.
         """
-        self.device.exec(fn, reads, writes, name=self.label, inplace=inplace)
+        self.device.exec(fn, reads, writes, name=self.label, inplace=inplace, phase=self.phase,
+                         recompute=recompute)
 
     def save(self, *tensors):
         """Keep tensors for backward (only when a gradient will be computed).
@@ -142,6 +150,7 @@ def backward(y, dy=None):
             if g is None:  # an output nobody used: its gradient is zero
                 shape, dtype = op.output_meta[i]
                 dys[i] = _constant(shape, dtype, op.device, 0.0)
+        op.phase = "backward"
         dxs = op.backward(*dys)
         dxs = dxs if isinstance(dxs, tuple) else (dxs,)
         src = op.src
@@ -165,7 +174,8 @@ def _constant(shape, dtype, device, value):
     """A tensor filled with `value` by a device operation (so that a recorded step refills it)."""
     from nnmem.tensor import Tensor
     t = Tensor(shape, device, dtype, requires_grad=False)
-    device.exec(lambda t_: t_.fill(value), reads=(), writes=(t,), name=f"backward:fill {value}")
+    device.exec(lambda t_: t_.fill(value), reads=(), writes=(t,), name=f"backward:fill {value}",
+                phase="backward")
     return t
 
 

@@ -95,17 +95,19 @@ class Device:
         return self._rng_state
 
     # -- execution ------------------------------------------------------------------------
-    def exec(self, fn, reads, writes, name="", inplace=()):
+    def exec(self, fn, reads, writes, name="", inplace=(), phase="forward", recompute=None):
         """Run ``fn(*write_arrays, *read_arrays)``; `reads` and `writes` are tensors.
 
         Written blocks are allocated here, just before their first writer (lazy allocation);
         a read of a block nobody wrote raises instead of returning garbage. While a model
         records its step the call is only buffered (SINGA): nothing runs, nothing is allocated.
+        `phase` ("forward", "backward", "update") and `recompute` (see Operator.run) are kept
+        in the recording for the recomputation pass.
         """
         if self.dry_run:
             return
         if self.recorder is not None:
-            self.recorder.record(fn, reads, writes, name, inplace)
+            self.recorder.record(fn, reads, writes, name, inplace, phase, recompute)
             return
         for t in reads:
             t.block.check_written()

@@ -23,6 +23,7 @@ import numpy as np
 
 from nnmem import autograd
 from nnmem.graph.executor import CompiledStep
+from nnmem.graph.recompute import STRATEGIES
 from nnmem.graph.recorder import Recorder
 from nnmem.layer import Layer
 from nnmem.tensor import Tensor, from_numpy, to_numpy
@@ -49,6 +50,7 @@ class Model(Layer):
         self.training = True
         self.graph_mode = False
         self.sequential = False
+        self.recompute = "none"
         self.initialized = False
         self.optimizer = _NoOptimizer()
         self._graphs = {}  # (training, input shapes and dtypes) -> CompiledStep
@@ -56,13 +58,21 @@ class Model(Layer):
     def set_optimizer(self, optimizer):
         self.optimizer = optimizer
 
-    def compile(self, inputs, is_train=True, use_graph=False, sequential=False):
-        """Create the parameters from the inputs' shapes and fix the training mode.
+    def compile(self, inputs, is_train=True, use_graph=False, sequential=False, recompute="none"):
+        """Create the parameters from the inputs' shapes and fix the modes.
 
-        use_graph / sequential are recorded; graph replay arrives in a later version (the step
-        runs eagerly meanwhile, with the same numbers)."""
+        use_graph: record the step and replay it as a graph; sequential: replay in recording
+        order (True) or breadth-first (False); recompute: drop cheap forward results and
+        rebuild them in backward, "none", "speed", "memory" or "cost-aware" (graph mode only;
+        see nnmem.graph.recompute)."""
         if not inputs or not all(isinstance(t, Tensor) for t in inputs):
             raise TypeError("compile(inputs): give a list of input tensors, e.g. [tx]")
+        if recompute not in STRATEGIES:
+            raise ValueError(f"compile(recompute={recompute!r}): choose one of {STRATEGIES}")
+        if recompute != "none" and not use_graph:
+            raise ValueError("recomputation rewrites a recorded step: compile with "
+                             "use_graph=True to use recompute=" + repr(recompute))
+        self.recompute = recompute
         dev = inputs[0].device
         dev.dry_run = True
         previous = autograd.training
@@ -139,7 +149,8 @@ class Model(Layer):
             dev.recorder = None
         shapes = ", ".join("x".join(map(str, t.shape)) for t in inputs if isinstance(t, Tensor))
         label = f"{type(self).__name__} ({'training' if self.training else 'inference'}, {shapes})"
-        compiled = CompiledStep(dev, recorder, inputs, result, self.sequential, label)
+        compiled = CompiledStep(dev, recorder, inputs, result, self.sequential, label,
+                                self.recompute)
         self._graphs[key] = compiled
         return compiled.replay(inputs)
 

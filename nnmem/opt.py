@@ -41,7 +41,7 @@ class Optimizer:
             steps_[0] += 1
         if self._steps is not None:
             self._steps.device.exec(advance, reads=(self._steps,), writes=(self._steps,),
-                                    name=f"{type(self).__name__}:step count")
+                                    name=f"{type(self).__name__}:step count", phase="update")
 
     def _step_tensor(self, device):
         if self._steps is None:  # a host write: persistent state, never part of a recorded step
@@ -74,7 +74,8 @@ class SGD(Optimizer):
 
         def update(p_, buf_, _p, g_, _buf):
             K.sgd_update(*_flat(p_, g_, buf_), self.lr, m, d, wd, nesterov)
-        p.device.exec(update, reads=(p, g, buf), writes=(p, buf), name=f"{param_name}:SGD update")
+        p.device.exec(update, reads=(p, g, buf), writes=(p, buf), name=f"{param_name}:SGD update",
+                      phase="update")
 
 
 class Adam(Optimizer):
@@ -97,4 +98,4 @@ class Adam(Optimizer):
         def update(p_, m_, v_, _p, g_, _m, _v, steps_):
             K.adam_update(*_flat(p_, g_, m_, v_), self.lr, b1, b2, eps, wd, int(steps_[0]) + 1)
         p.device.exec(update, reads=(p, g, m, v, steps), writes=(p, m, v),
-                      name=f"{param_name}:Adam update")
+                      name=f"{param_name}:Adam update", phase="update")

@@ -17,7 +17,8 @@ import math
 
 from numba import njit, prange
 
-__all__ = ["batchnorm2d_forward_train", "batchnorm2d_forward_infer", "batchnorm2d_backward"]
+__all__ = ["batchnorm2d_forward_train", "batchnorm2d_forward_apply", "batchnorm2d_forward_infer",
+           "batchnorm2d_backward"]
 
 
 def _check_bn(y, x, c_vec):
@@ -75,6 +76,24 @@ def _batchnorm2d_forward_train(y, saved_mean, saved_invstd, running_mean, runnin
         running_var[ci] = momentum * running_var[ci] + (1.0 - momentum) * unbiased
 
 
+def _batchnorm2d_forward_apply(y, x, gamma, beta, saved_mean, saved_invstd):
+    """y = (x - mean) * (gamma*invstd) + beta with the statistics a training forward saved.
+
+    Recomputation uses it: the arithmetic is the training forward's, step for step, so with
+    float64 saved statistics it reproduces that forward's y bit for bit, and it leaves the
+    running statistics alone (they were updated once, by the real forward)."""
+    check_bn(y, x, gamma)
+    n, c, h, w = x.shape
+    for ci in prange(c):
+        mean = saved_mean[ci]
+        scale = gamma[ci] * saved_invstd[ci]
+        shift = beta[ci]
+        for b in range(n):
+            for u in range(h):
+                for v in range(w):
+                    y[b, ci, u, v] = (x[b, ci, u, v] - mean) * scale + shift
+
+
 def _batchnorm2d_forward_infer(y, x, gamma, beta, running_mean, running_var, eps):
     """y = gamma*(x-running_mean)/sqrt(running_var+eps) + beta. Writes y; in-place safe (y may be x)."""
     check_bn(y, x, gamma)
@@ -124,5 +143,6 @@ def _batchnorm2d_backward(dx, dgamma, dbeta, dy, x, gamma, saved_mean, saved_inv
 
 
 batchnorm2d_forward_train = njit(parallel=True, cache=True)(_batchnorm2d_forward_train)
+batchnorm2d_forward_apply = njit(parallel=True, cache=True)(_batchnorm2d_forward_apply)
 batchnorm2d_forward_infer = njit(parallel=True, cache=True)(_batchnorm2d_forward_infer)
 batchnorm2d_backward = njit(parallel=True, cache=True)(_batchnorm2d_backward)

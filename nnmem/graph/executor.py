@@ -1,7 +1,8 @@
 """A compiled step: a recorded training step, ordered, planned, and replayed.
 
 Compiling (once, right after the recording, before anything has run):
-1. classify every block (input / parameter / intermediate / end, see liveness.py);
+1. classify every block (input / parameter / intermediate / end, see liveness.py), and, when
+   recomputation is on, drop cheap forward results and insert their rebuilding (recompute.py);
 2. choose the replay order (serial or BFS, see schedule.py);
 3. give the intermediate blocks storages with live ranges in that order, merging in-place
    pairs, and plan an offset for each storage (memory/planner.py);
@@ -13,19 +14,21 @@ Replaying then calls the kernel functions with their ready arrays, in order: no 
 operator code, no allocator call, no array construction.
 """
 from nnmem.graph.liveness import END, INTERMEDIATE, block_kinds, storages
+from nnmem.graph.recompute import recompute as recompute_pass
 from nnmem.graph.schedule import dependencies, replay_order
 from nnmem.memory.planner import plan
 from nnmem.memory.timeline import Timeline
 
 
 class CompiledStep:
-    def __init__(self, device, recorder, inputs, result, sequential, label):
+    def __init__(self, device, recorder, inputs, result, sequential, label, recompute="none"):
         from nnmem.tensor import Tensor
         self.device, self.label = device, label
-        self.nodes = recorder.nodes
+        self.recorded = recorder.nodes
         self.inputs = inputs
         self.result = result
-        self.kinds, self.blocks = block_kinds(self.nodes)
+        self.recorded_kinds, self.blocks = block_kinds(self.recorded)
+        self.kinds = self.recorded_kinds
         # Read-first blocks are held by the recorder; results are held here, so that nothing
         # the replay writes or reads can be freed under it.
         self.held = recorder.held + [
@@ -35,19 +38,27 @@ class CompiledStep:
             if self.kinds[k] == END:
                 block.ensure_allocated()
         self.storages = []
+        self.recompute = recompute
         self.compile(sequential)
 
     # -- compiling ------------------------------------------------------------------------
-    def compile(self, sequential):
-        """(Re)plan the step for serial (sequential=True) or BFS order."""
+    def compile(self, sequential, recompute=None):
+        """(Re)plan the step for serial (sequential=True) or BFS order, and a recomputation
+        strategy ("none", "speed", "memory", "cost-aware"; None keeps the current one)."""
         arena = self.device.graph_arena
         arena.leave(self)
         self.sequential = sequential
-        self.order = replay_order(self.nodes, sequential)
+        self.recompute = self.recompute if recompute is None else recompute
         pool = self.device.pool
         align = pool.alignment
-        self.storages = storages(self.nodes, self.order, self.kinds,
-                                 round_up=lambda n: -(-max(n, 1) // align) * align,
+
+        def round_up(n):
+            return -(-max(n, 1) // align) * align
+        self.nodes, self.recomputations = recompute_pass(self.recorded, self.recorded_kinds,
+                                                         self.recompute, round_up)
+        self.kinds, _ = block_kinds(self.nodes)
+        self.order = replay_order(self.nodes, sequential)
+        self.storages = storages(self.nodes, self.order, self.kinds, round_up=round_up,
                                  recycle=self.device.recycle)
         sizes = [s.nbytes for s in self.storages]
         self.plan = plan(sizes, [(s.first, s.last) for s in self.storages])
@@ -91,6 +102,7 @@ class CompiledStep:
         and anything else in the pool), blocks, storages, in-place merges."""
         intermediates = sum(1 for k in self.kinds.values() if k == INTERMEDIATE)
         return {"nodes": len(self.nodes), "order": "serial" if self.sequential else "bfs",
+                "recompute": self.recompute, "recomputations": self.recomputations,
                 "intermediate_blocks": intermediates, "storages": len(self.storages),
                 "inplace_merges": intermediates - len(self.storages),
                 "lower_bound_bytes": self.plan.lower_bound,

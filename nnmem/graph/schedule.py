@@ -31,6 +31,7 @@ def dependencies(nodes):
         for spec in node.writes:
             last_writer[id(spec.block)] = node.index
             readers[id(spec.block)] = []
+        before.update(node.after)                                   # control edges
         before.discard(node.index)
         predecessors.append(before)
     return predecessors

@@ -2,7 +2,7 @@
 written from y alone (relu: dy * [y > 0]; sigmoid: dy * y * (1 - y)). So the forward may
 overwrite its input in place (when no later operation reads it), and the backward may
 overwrite dy."""
-from nnmem.autograd import Operator
+from nnmem.autograd import SAME, Operator
 from nnmem.kernels import cpu as K
 
 
@@ -13,7 +13,7 @@ class _Activation(Operator):
         y = self.output(x.shape, x.dtype)
         fwd = type(self).kernel_forward
         self.run(lambda y_, x_: fwd(y_.reshape(-1), x_.reshape(-1)), reads=(x,), writes=(y,),
-                 inplace=((y, x),))
+                 inplace=((y, x),), recompute=SAME)
         self.save(y)
         return y
 

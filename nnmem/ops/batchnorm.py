@@ -4,6 +4,8 @@ Training: y = scale * (x - mean_B) / sqrt(var_B + eps) + bias with the batch's s
 the running statistics updated in place (SINGA's convention: running = momentum * running +
 (1 - momentum) * batch). Inference: the running statistics instead of the batch's.
 """
+import numpy as np
+
 from nnmem import autograd
 from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
@@ -30,14 +32,17 @@ class BatchNorm2d(Operator):
                      K.batchnorm2d_forward_infer(y_, x_, g_, b_, rm_, rv_, eps),
                      reads=(x, scale, bias, rm, rv), writes=(y,))
             return y
-        mean, invstd = self.output((c,), x.dtype), self.output((c,), x.dtype)
+        # float64 statistics: a recomputation rebuilds y from them bit for bit (the kernel
+        # computes them in float64; storing them as float32 would round them).
+        mean, invstd = self.output((c,), np.float64), self.output((c,), np.float64)
         momentum, eps = self.momentum, self.eps
 
         def kernel(y_, mean_, invstd_, rm_, rv_, x_, g_, b_, _rm, _rv):
             K.batchnorm2d_forward_train(y_, mean_, invstd_, rm_, rv_, x_, g_, b_, momentum, eps)
         # The running statistics are read and updated in place (they are written, so that
         # a graph orders this step before anything that reads them later).
-        self.run(kernel, reads=(x, scale, bias, rm, rv), writes=(y, mean, invstd, rm, rv))
+        self.run(kernel, reads=(x, scale, bias, rm, rv), writes=(y, mean, invstd, rm, rv),
+                 recompute=(K.batchnorm2d_forward_apply, (x, scale, bias, mean, invstd), (y,)))
         self.save(x, scale, mean, invstd)
         return y
 

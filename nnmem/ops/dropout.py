@@ -30,7 +30,11 @@ class Dropout(Operator):
             state_[0] += 1  # counts draws; the read+write is what orders them in a graph
             K.dropout_forward(y_.reshape(-1), mask_.reshape(-1), x_.reshape(-1), ratio)
 
-        self.run(draw_and_apply, reads=(x, state), writes=(y, mask, state), inplace=((y, x),))
+        def apply_mask(y_, x_, mask_):  # the same product, with the mask drawn above
+            K.mul(y_.reshape(-1), x_.reshape(-1), mask_.reshape(-1))
+
+        self.run(draw_and_apply, reads=(x, state), writes=(y, mask, state), inplace=((y, x),),
+                 recompute=(apply_mask, (x, mask), (y,)))
         self.save(mask)
         return y
 

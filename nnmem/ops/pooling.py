@@ -5,7 +5,7 @@ a quarter of the input's elements for 2x2 windows, and backward needs nothing el
 """
 import numpy as np
 
-from nnmem.autograd import Operator
+from nnmem.autograd import SAME, Operator
 from nnmem.kernels import cpu as K
 
 
@@ -33,11 +33,11 @@ class Pooling2d(Operator):
         if self.is_max:
             argmax = self.output(out_shape, np.int32)
             self.run(lambda y_, am_, x_: K.maxpool2d_forward(y_, am_, x_, kh, kw, sh, sw, ph, pw),
-                     reads=(x,), writes=(y, argmax))
+                     reads=(x,), writes=(y, argmax), recompute=SAME)
             self.save(argmax)
         else:
             self.run(lambda y_, x_: K.avgpool2d_forward(y_, x_, kh, kw, sh, sw, ph, pw),
-                     reads=(x,), writes=(y,))
+                     reads=(x,), writes=(y,), recompute=SAME)
         return y
 
     def backward(self, dy):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from kernel_testutil import assert_close64
 
+from nnmem.kernels import cpu as K
 from nnmem.kernels.cpu import batchnorm2d_backward, batchnorm2d_forward_infer, batchnorm2d_forward_train
 
 SHAPES = [(2, 3, 4, 5), (1, 2, 3, 3), (4, 1, 1, 1)]
@@ -117,3 +118,19 @@ def test_shape_mismatch_raises():
     x = np.zeros((2, 3, 2, 2))
     with pytest.raises(ValueError, match="per-channel vectors"):
         batchnorm2d_forward_infer(np.empty_like(x), x, np.ones(2), np.ones(3), np.ones(3), np.ones(3), 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_forward_apply_reproduces_the_training_forward_bit_for_bit(dtype):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 4, 5, 6)).astype(dtype)
+    gamma, beta = rng.standard_normal(4).astype(dtype), rng.standard_normal(4).astype(dtype)
+    y, mean, invstd = np.empty_like(x), np.empty(4), np.empty(4)  # float64 statistics
+    rm, rv = np.zeros(4, dtype), np.ones(4, dtype)
+    K.batchnorm2d_forward_train(y, mean, invstd, rm, rv, x, gamma, beta, 0.9, 1e-5)
+    rm_before, rv_before = rm.copy(), rv.copy()
+    again = np.empty_like(x)
+    K.batchnorm2d_forward_apply(again, x, gamma, beta, mean, invstd)
+    np.testing.assert_array_equal(again, y)
+    np.testing.assert_array_equal(rm, rm_before)
+    np.testing.assert_array_equal(rv, rv_before)
