@@ -7,7 +7,12 @@ plain Python ``_name`` in its module, so ``NUMBA_DISABLE_JIT=1`` makes all of th
 debuggable Python. See each module's docstring for its memory contract.
 """
 
-from .batchnorm import batchnorm2d_backward, batchnorm2d_forward_infer, batchnorm2d_forward_train
+from .batchnorm import (
+    batchnorm2d_backward,
+    batchnorm2d_forward_apply,
+    batchnorm2d_forward_infer,
+    batchnorm2d_forward_train,
+)
 from .conv import (
     col2im,
     conv2d_backward_data_direct,
@@ -65,7 +70,8 @@ __all__ = [
     "pool2d_output_shape", "maxpool2d_forward", "maxpool2d_backward",
     "avgpool2d_forward", "avgpool2d_backward",
     # batchnorm
-    "batchnorm2d_forward_train", "batchnorm2d_forward_infer", "batchnorm2d_backward",
+    "batchnorm2d_forward_train", "batchnorm2d_forward_apply", "batchnorm2d_forward_infer",
+    "batchnorm2d_backward",
     # elementwise
     "relu_forward", "relu_backward", "sigmoid_forward", "sigmoid_backward",
     "add", "sub", "mul", "axpy", "scale", "fill", "copy",
