@@ -316,3 +316,16 @@ class MeanSquareError(Layer):
 
     def forward(self, x, t):
         return autograd.mse_loss(x, t)
+
+
+class LRN(Layer):
+    """Local response normalisation across channels (AlexNet, Caffe's LRN):
+    y = x / (k + alpha/size * sum of x^2 over the `size` channels centred on each)^beta.
+    Defaults are AlexNet's and torch.nn.LocalResponseNorm's."""
+
+    def __init__(self, size=5, alpha=1e-4, beta=0.75, k=1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, x):
+        return autograd.lrn(x, self.size, self.alpha, self.beta, self.k)

@@ -135,3 +135,13 @@ def test_small_network_end_to_end():
 
     check_gradients(net, randn(2, 1, 4, 4), randn(2, 1, 3, 3), randn(2), randn(2), randn(2),
                     randn(8, 2), rtol=1e-5)
+
+
+@pytest.mark.parametrize("size", [5, 2])
+def test_lrn(size):
+    # alpha large enough that the normalisation is far from the identity; an even size checks
+    # the asymmetric window's transpose.
+    check_gradients(lambda x: autograd.lrn(x, size=size, alpha=0.5, beta=0.75, k=1.0),
+                    randn(2, 6, 2, 3) * 2)
+    with pytest.raises(ValueError, match="N, C, H, W"):
+        autograd.lrn(tensor.from_numpy(randn(2, 6)), size=size)

@@ -51,6 +51,7 @@ from .loss import (
     softmax_cross_entropy_forward,
     softmax_cross_entropy_forward_onehot,
 )
+from .lrn import lrn_backward, lrn_forward
 from .optim import adam_update, sgd_update
 from .pool import (
     avgpool2d_backward,
@@ -76,6 +77,8 @@ __all__ = [
     "relu_forward", "relu_backward", "sigmoid_forward", "sigmoid_backward",
     "add", "sub", "mul", "axpy", "scale", "fill", "copy",
     "dropout_forward", "dropout_backward", "add_bias_rows", "add_bias_nchw",
+    # lrn
+    "lrn_forward", "lrn_backward",
     # reduce
     "sum_rows", "bias_grad_nchw",
     # gemm

@@ -5,6 +5,7 @@ from nnmem.ops.linear import AddBias, Matmul, add_bias, matmul
 from nnmem.ops.conv import Conv2d, conv2d
 from nnmem.ops.pooling import Pooling2d, pooling_2d
 from nnmem.ops.batchnorm import BatchNorm2d, batchnorm_2d
+from nnmem.ops.lrn import LRN, lrn
 from nnmem.ops.shape import Cat, Flatten, cat, flatten
 from nnmem.ops.dropout import Dropout, dropout
 from nnmem.ops.loss import MeanSquareError, SoftMaxCrossEntropy, mse_loss, softmax_cross_entropy
@@ -14,6 +15,7 @@ __all__ = [
     "ReLU", "Sigmoid", "relu", "sigmoid",
     "Matmul", "AddBias", "matmul", "add_bias",
     "Conv2d", "conv2d", "Pooling2d", "pooling_2d", "BatchNorm2d", "batchnorm_2d",
+    "LRN", "lrn",
     "Cat", "Flatten", "cat", "flatten", "Dropout", "dropout",
     "SoftMaxCrossEntropy", "MeanSquareError", "softmax_cross_entropy", "mse_loss",
 ]
