@@ -31,6 +31,9 @@ class Device:
     """A device: a memory pool, a random generator, ``exec``, and the switches a learner flips.
 
     dry_run   -- run no kernel and allocate nothing (Model.compile's shape-only pass).
+    virtual   -- a planning device: its pool hands out offsets with no bytes behind them, no
+                 kernel ever runs, and host writes only allocate. A step recorded on it is
+                 planned exactly as on a real device, on shapes alone (see nnmem.planning).
     recycle   -- free a block as soon as nothing refers to it (default). Off: keep every block
                  of a training step until the step ends (SuperNeurons' network-wide allocation,
                  the baseline every memory technique is measured against).
@@ -40,10 +43,12 @@ class Device:
 
     lang = "cpp"
 
-    def __init__(self, pool_bytes=None, strategy="best_fit", name="cpu", dev_id=-1):
+    def __init__(self, pool_bytes=None, strategy="best_fit", name="cpu", dev_id=-1,
+                 virtual=False):
         if pool_bytes is None:
             pool_bytes = os.environ.get("NNMEM_POOL_BYTES", DEFAULT_POOL_BYTES)
-        self.pool = Pool(parse_bytes(pool_bytes), strategy=strategy)
+        self.virtual = virtual
+        self.pool = Pool(parse_bytes(pool_bytes), strategy=strategy, virtual=virtual)
         self.graph_arena = SharedArena(self.pool)  # where compiled steps plan intermediates
         self.name = name
         self.dev_id = dev_id
@@ -113,7 +118,8 @@ class Device:
             t.block.check_written()
         for t in writes:
             t.block.ensure_allocated()
-        self.run_kernel(name, fn, [t.raw for t in writes] + [t.raw for t in reads])
+        if not self.virtual:
+            self.run_kernel(name, fn, [t.raw for t in writes] + [t.raw for t in reads])
 
     def run_kernel(self, name, fn, arrays):
         """Call the kernel function, timing it when profiling is on (eager and replay alike)."""
@@ -178,6 +184,12 @@ def create_cpu_device(pool_bytes=None, strategy="best_fit"):
     """A CPU device whose pool preallocates `pool_bytes` (int or "2GiB"; default 2 GiB, or
     the environment variable NNMEM_POOL_BYTES). `strategy` is "best_fit" or "first_fit"."""
     return Device(pool_bytes, strategy=strategy)
+
+
+def create_planning_device(pool_bytes=2**50, strategy="best_fit"):
+    """A virtual device for planning memory on shapes alone: nothing runs, no byte is used,
+    and its pool's statistics are what a real pool would show (default: 1 PiB, no limit)."""
+    return Device(pool_bytes, strategy=strategy, name="planning", virtual=True)
 
 
 def get_default_device():

@@ -152,6 +152,8 @@ class Model(Layer):
         compiled = CompiledStep(dev, recorder, inputs, result, self.sequential, label,
                                 self.recompute)
         self._graphs[key] = compiled
+        if dev.virtual:  # planned, not run: values exist only on a real device
+            return result
         return compiled.replay(inputs)
 
     # -- checkpoints in SINGA's format --------------------------------------------------------

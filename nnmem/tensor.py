@@ -98,9 +98,13 @@ class Tensor:
     # -- host-side writes ---------------------------------------------------------------------
     # These are the user's writes from the host, outside any recorded training step (SINGA
     # switches its graph off for them too), so they allocate and write directly.
-    def _host_array(self):
+    def _host_write(self, write):
+        """Allocate (lazily), then let write(array) fill the bytes; on a planning device, which
+        has no bytes, only the allocation happens. Returns self."""
         self.block.ensure_allocated()
-        return self.raw
+        if not self.device.virtual:
+            write(self.raw)
+        return self
 
     def copy_from_numpy(self, np_array, offset=0):
         """Copy a NumPy array of exactly this tensor's shape into it.
@@ -120,8 +124,7 @@ class Tensor:
             raise TypeError(
                 f"copy_from_numpy: array of dtype {a.dtype} into a {self.dtype} tensor would lose "
                 f"information; convert it first: a.astype(np.{self.dtype})")
-        self._host_array()[...] = a
-        return self
+        return self._host_write(lambda array: array.__setitem__(Ellipsis, a))
 
     def copy_data(self, t):
         """Copy the data of tensor `t` (same shape) into this tensor."""
@@ -129,8 +132,7 @@ class Tensor:
 
     def set_value(self, x):
         """Fill every element with the scalar `x`; returns self."""
-        self._host_array().fill(x)
-        return self
+        return self._host_write(lambda array: array.fill(x))
 
     def gaussian(self, mean, std):
         """Fill with samples of N(mean, std^2) from the device's generator; returns self."""
@@ -144,11 +146,11 @@ class Tensor:
         """self = draw() * scale + shift, drawn straight into the pool bytes."""
         if self.dtype.kind != "f":
             raise TypeError(f"random fills need a float tensor, this one is {self.dtype}")
-        a = self._host_array()
-        draw(out=a.reshape(-1), dtype=self.dtype)
-        a *= scale
-        a += shift
-        return self
+        def fill(a):
+            draw(out=a.reshape(-1), dtype=self.dtype)
+            a *= scale
+            a += shift
+        return self._host_write(fill)
 
     def clone(self):
         """A new tensor with a copy of the data (new memory)."""

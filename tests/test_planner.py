@@ -47,3 +47,13 @@ def test_check_plan_catches_an_overlap():
     import pytest
     with pytest.raises(AssertionError, match="overlap"):
         check_plan([1024, 1024], [(0, 2), (1, 3)], [0, 512])
+
+
+@given(storages())
+def test_the_simulated_allocator_plan_is_valid_too(case):
+    from nnmem.memory.planner import simulate
+    sizes, ranges = case
+    offsets, arena = simulate(sizes, ranges)
+    check_plan(sizes, ranges, offsets)
+    assert arena >= lower_bound(sizes, ranges)
+    assert arena == max((o + s for o, s in zip(offsets, sizes)), default=0)

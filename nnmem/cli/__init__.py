@@ -2,13 +2,14 @@
 import argparse
 import sys
 
-from nnmem.cli import train
+from nnmem.cli import plan, train
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="nnmem", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     train.add_parser(commands)
+    plan.add_parser(commands)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -19,7 +19,7 @@ def add_parser(commands):
     p = commands.add_parser("train", help="train a model (default: the SINGA CNN on the "
                                           "embedded digits)")
     p.add_argument("--model", default="cnn", choices=sorted(MODELS))
-    p.add_argument("--depth", type=int, default=20, help="ResNet depth (6n+2)")
+    p.add_argument("--depth", type=int, default=20, help="ResNet depth (CIFAR: 6n+2 or 9n+2)")
     p.add_argument("--data", default="digits", help="digits, mnist:DIR or cifar10:DIR")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=64)

@@ -75,6 +75,9 @@ class CompiledStep:
         for storage, offset in zip(self.storages, self.plan.offsets):
             for block in storage.blocks:
                 block.offset, block.planned = base + offset, base
+        if self.device.virtual:  # a planning device has no bytes to run on
+            self.calls = []
+            return
         self.calls = [(self.nodes[i].name, self.nodes[i].fn,
                        [spec.array() for spec in self.nodes[i].writes + self.nodes[i].reads])
                       for i in self.order]
@@ -109,6 +112,23 @@ class CompiledStep:
                 "persistent_bytes": self.persistent_bytes,
                 "arena_bytes": self.plan.arena_bytes,
                 "arena_over_lower_bound": self.plan.arena_bytes / max(self.plan.lower_bound, 1)}
+
+    def live_sets(self):
+        """Per step of the replay order: (operation, in set, out set), the descriptions of the
+        intermediate tensors live before and after it (SuperNeurons' liveness sets). A tensor
+        leaves the out set of its last use."""
+        live_from, live_until = {}, {}
+        for storage in self.storages:
+            for block, (first, last) in zip(storage.blocks, storage.ranges):
+                live_from.setdefault(first, []).append(block.desc)
+                live_until.setdefault(last, []).append(block.desc)
+        steps, live = [], set()
+        for position, i in enumerate(self.order):
+            before = frozenset(live)
+            live |= set(live_from.get(position, ()))
+            live -= set(live_until.get(position, ()))
+            steps.append((self.nodes[i].name, before, frozenset(live)))
+        return steps
 
     def describe(self, limit=None):
         """The graph as text: nodes in replay order with the blocks they read and write."""

@@ -12,14 +12,18 @@ of cheap operations between checkpoints.
   tensors, and keep the rebuilt tensors until their last backward use (fewest recomputations);
 - memory-centric: rebuild, for every backward operation, just the chain of tensors it needs,
   and drop them after it (least memory, most recomputations);
-- cost-aware: speed-centric for a segment whose tensors fit in the largest working set of any
-  single operation (so keeping them cannot raise the peak above that), memory-centric otherwise.
+- cost-aware: speed-centric for a segment when keeping its rebuilt tensors cannot raise the
+  step's peak above the memory-centric peak, memory-centric otherwise. SuperNeurons tests a
+  segment's bytes against the largest single layer's working set, which bounds the peak when
+  the checkpoints are offloaded to the host; without offloading the checkpoints stay live, so
+  nnmem tests the segment against the headroom it would actually have: the memory-centric
+  peak minus the bytes live under memory-centric while the segment would be kept.
 
 The rewrite works on recorded nodes: a rebuilt tensor is a new block (a "shadow") written by a
 copy of its producer, and the backward nodes read the shadow instead of the original. The
 copies compute exactly what the originals did, so recomputation changes no number.
 """
-from nnmem.graph.liveness import INTERMEDIATE
+from nnmem.graph.liveness import INTERMEDIATE, storages
 from nnmem.graph.recorder import ArraySpec, Node
 
 STRATEGIES = ("none", "speed", "memory", "cost-aware")
@@ -45,16 +49,20 @@ def recompute(nodes, kinds, strategy, round_up):
         return id(block) in rebuildable_ids
 
     segment_of = _segments(forward, producer, rebuildable)
-    threshold = max(_working_set(n, round_up) for n in nodes)
-    segment_bytes = {}
-    for node, segment in segment_of.items():
-        segment_bytes[segment] = segment_bytes.get(segment, 0) + sum(
-            round_up(s.block.nbytes) for s in _recipe(node)[1])
     members = {}
     for node in forward:  # forward order
         if node in segment_of:
             members.setdefault(segment_of[node], []).append(node)
+    speed_segments = set(members) if strategy == "speed" else set()
+    if strategy == "cost-aware":
+        speed_segments = _affordable_segments(nodes, kinds, members, segment_of, producer,
+                                              rebuildable, round_up)
+    return _rewrite(nodes, members, segment_of, producer, rebuildable, speed_segments)
 
+
+def _rewrite(nodes, members, segment_of, producer, rebuildable, speed_segments):
+    """The nodes with rebuilds inserted: whole segments once for `speed_segments`, per backward
+    node for the others. Returns (nodes, number of recomputed operations)."""
     out, count = [], 0
     kept_shadows = {}  # segment -> {block id: shadow block}, for speed-centric segments
     previous = None    # index of the last original node: recomputations run after it
@@ -67,9 +75,7 @@ def recompute(nodes, kinds, strategy, round_up):
         local = {}
         for block in needed:
             segment = segment_of[producer[id(block)]]
-            speed = strategy == "speed" or (strategy == "cost-aware"
-                                            and segment_bytes[segment] <= threshold)
-            if speed:
+            if segment in speed_segments:
                 if segment not in kept_shadows:
                     kept_shadows[segment] = {}
                     for member in members[segment]:
@@ -86,6 +92,54 @@ def recompute(nodes, kinds, strategy, round_up):
         out.append(_renumbered(node, len(out), reads=_through(node.reads, local, rebuildable)))
         previous = len(out) - 1
     return out, count
+
+
+def _affordable_segments(nodes, kinds, members, segment_of, producer, rebuildable, round_up):
+    """Segments that may be rebuilt once and kept without raising the memory-centric peak.
+
+    Live bytes are taken per original backward node under memory-centric recomputation (in
+    recording order); a segment kept from its first to its last backward use is accepted if
+    those live bytes plus its own stay within the memory-centric peak everywhere in between.
+    Accepted segments add their bytes, so the next ones see less headroom. The estimate counts
+    an accepted segment's memory-centric rebuilds too, so it errs on the safe side."""
+    rewritten, _ = _rewrite(nodes, members, segment_of, producer, rebuildable, set())
+    kinds = dict(kinds)
+    for node in rewritten:
+        for block in node.blocks():
+            kinds.setdefault(id(block), INTERMEDIATE)
+    order = list(range(len(rewritten)))
+    delta = [0] * (len(rewritten) + 1)
+    for storage in storages(rewritten, order, kinds, round_up, inplace=True):
+        delta[storage.first] += storage.nbytes
+        delta[storage.last + 1] -= storage.nbytes
+    live, running = [], 0
+    for position in order:
+        running += delta[position]
+        live.append(running)
+    peak = max(live, default=0)
+    # Live bytes at each original non-forward node: the max over it and its rebuilds.
+    at_node, current = [], 0
+    for position, node in enumerate(rewritten):
+        current = max(current, live[position])
+        if node.phase not in ("forward", "recompute"):
+            at_node.append(current)
+            current = 0
+    backward = [n for n in nodes if n.phase != "forward"]
+    uses = {}
+    for i, node in enumerate(backward):
+        for spec in node.reads:
+            if rebuildable(spec.block):
+                segment = segment_of[producer[id(spec.block)]]
+                first, _ = uses.get(segment, (i, i))
+                uses[segment] = (first, i)
+    accepted = set()
+    for segment, (first, last) in sorted(uses.items(), key=lambda item: item[1]):
+        extra = sum(round_up(s.block.nbytes) for m in members[segment] for s in _recipe(m)[1])
+        if max(at_node[first:last + 1]) + extra <= peak:
+            accepted.add(segment)
+            for i in range(first, last + 1):
+                at_node[i] += extra
+    return accepted
 
 
 def _worth_rebuilding(nodes, forward, producer, readers, kinds):
@@ -188,6 +242,3 @@ def _renumbered(node, index, reads=None):
                 node.inplace, node.phase, node.recompute, node.after)
 
 
-def _working_set(node, round_up):
-    """Bytes one operation needs at once: every distinct block it reads or writes."""
-    return sum(round_up(b.nbytes) for b in node.blocks())

@@ -6,7 +6,9 @@ Edges come from the blocks each node reads and writes, in recording order (SINGA
 - write after write (WAW): several writers of one block keep their recorded order.
 Serial order is the recording order. BFS order is Kahn's algorithm: start from the nodes
 with no predecessor, and run a node once all its predecessors have run, first come first
-served. Both are valid topological orders, so both compute the same numbers.
+served. The route of SuperNeurons' Algorithm 1 is the same counting with a stack instead of a
+queue: depth first, except that a join waits until all its inputs are done. All are valid
+topological orders, so all compute the same numbers.
 """
 from collections import deque
 
@@ -43,6 +45,16 @@ def serial_order(nodes):
 
 def bfs_order(nodes, predecessors=None):
     """Kahn's algorithm with a FIFO queue (breadth first), ties broken by recording order."""
+    return _kahn(nodes, predecessors, depth_first=False)
+
+
+def route_order(nodes, predecessors=None):
+    """SuperNeurons' Algorithm 1: depth first, a node runs once its counter says all its
+    inputs are done (Kahn's algorithm with a LIFO stack)."""
+    return _kahn(nodes, predecessors, depth_first=True)
+
+
+def _kahn(nodes, predecessors, depth_first):
     predecessors = dependencies(nodes) if predecessors is None else predecessors
     successors = [[] for _ in nodes]
     waiting = [len(p) for p in predecessors]
@@ -50,14 +62,18 @@ def bfs_order(nodes, predecessors=None):
         for j in before:
             successors[j].append(i)
     ready = deque(i for i, w in enumerate(waiting) if w == 0)
+    if depth_first:
+        ready.reverse()  # the stack's top is the first node recorded
     order = []
     while ready:
-        i = ready.popleft()
+        i = ready.pop() if depth_first else ready.popleft()
         order.append(i)
+        newly_ready = []
         for j in sorted(successors[i]):
             waiting[j] -= 1
             if waiting[j] == 0:
-                ready.append(j)
+                newly_ready.append(j)
+        ready.extend(reversed(newly_ready) if depth_first else newly_ready)
     if len(order) != len(nodes):
         raise RuntimeError("the recorded step has a dependency cycle; this is a bug in nnmem")
     return order

@@ -14,6 +14,12 @@ kept: largest first ("greedy by size"), longest-lived first, by start position t
 ("greedy by breadth"), and, for graphs small enough to afford it, a few seeded shuffles of
 the largest-first order within power-of-two size classes (sizes of one class can be swapped
 almost freely, and which of them goes first decides which gaps are left).
+
+Greedy placement compares every storage with every placed one: quadratic. Past
+GREEDY_LIMIT storages (deep networks: a 10,000-layer ResNet has tens of thousands) the plan
+is made by simulation instead, as MXNet does: walk the steps once, free each storage after its
+last step and allocate each new one with the pool's own best-fit allocator (on a virtual
+pool, no bytes); the arena is the simulation's high-water mark. O(n log n).
 """
 import math
 import random
@@ -22,6 +28,8 @@ from typing import NamedTuple
 #: Placement work allowed for the shuffled restarts, in (storage x storage) comparisons.
 RESTART_BUDGET = 2_000_000
 MAX_RESTARTS = 64
+#: Above this many storages, plan by simulating the allocator instead of greedy placement.
+GREEDY_LIMIT = 1500
 
 
 class Plan(NamedTuple):
@@ -44,9 +52,14 @@ def lower_bound(sizes, ranges):
     return peak
 
 
-def plan(sizes, ranges, seed=0):
-    """The smallest of the greedy plans over several placement orders; returns a Plan.
+def plan(sizes, ranges, seed=0, alignment=256):
+    """The smallest of the greedy plans over several placement orders (or, past
+    GREEDY_LIMIT storages, the simulated allocator's plan); returns a Plan.
     Deterministic: the same sizes and ranges always give the same offsets."""
+    bound = lower_bound(sizes, ranges)
+    if len(sizes) > GREEDY_LIMIT:
+        offsets, arena = simulate(sizes, ranges, alignment)
+        return Plan(offsets, arena, bound)
     n = range(len(sizes))
     orders = [
         sorted(n, key=lambda i: (-sizes[i], ranges[i][0], i)),                       # by size
@@ -59,7 +72,6 @@ def plan(sizes, ranges, seed=0):
         shuffled = list(n)
         rng.shuffle(shuffled)
         orders.append(sorted(shuffled, key=lambda i: -math.floor(math.log2(max(sizes[i], 1)))))
-    bound = lower_bound(sizes, ranges)
     best = None
     for order in orders:
         placed = _place(sizes, ranges, order)
@@ -69,6 +81,24 @@ def plan(sizes, ranges, seed=0):
             break
     offsets, arena = best if best is not None else ([], 0)
     return Plan(offsets, arena, bound)
+
+
+def simulate(sizes, ranges, alignment=256):
+    """(offsets, arena bytes) from a best-fit allocator run over the steps: at each step free
+    the storages whose last step has passed, then allocate those that start (largest first)."""
+    from nnmem.memory.pool import Pool
+    pool = Pool(max(sum(sizes), alignment), alignment=alignment, virtual=True)
+    starts, ends = {}, {}
+    for i, (first, last) in enumerate(ranges):
+        starts.setdefault(first, []).append(i)
+        ends.setdefault(last + 1, []).append(i)
+    offsets = [0] * len(sizes)
+    for step in sorted(set(starts) | set(ends)):
+        for i in ends.get(step, ()):
+            pool.free(offsets[i])
+        for i in sorted(starts.get(step, ()), key=lambda i: -sizes[i]):
+            offsets[i] = pool.alloc(sizes[i])
+    return offsets, pool.stats()["high_water_bytes"]
 
 
 def _place(sizes, ranges, order):

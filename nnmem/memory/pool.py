@@ -50,7 +50,10 @@ class Pool:
     ``capacity`` is rounded down to a multiple of ``alignment``.
     """
 
-    def __init__(self, capacity: int, strategy: str = "best_fit", alignment: int = ALIGNMENT) -> None:
+    def __init__(self, capacity: int, strategy: str = "best_fit", alignment: int = ALIGNMENT,
+                 virtual: bool = False) -> None:
+        """virtual=True: allocate offsets with no bytes behind them, for planning memory on
+        shapes alone (view() then refuses); the statistics are those of a real pool."""
         alignment = operator.index(alignment)
         if alignment <= 0 or alignment & (alignment - 1):
             raise ValueError(f"Pool alignment must be a positive power of two, got {alignment}; use e.g. {ALIGNMENT}.")
@@ -67,12 +70,17 @@ class Pool:
         self.capacity = capacity - capacity % alignment
         self.strategy = strategy
 
-        # Over-allocate by one alignment and slice so the arena's *address* is aligned,
-        # not only its offsets. np.empty only reserves address space: the OS maps a
-        # page on first write, so an idle arena costs (almost) no resident memory.
-        raw = np.empty(self.capacity + alignment, dtype=np.uint8)
-        skip = -raw.ctypes.data % alignment
-        self.arena = raw[skip : skip + self.capacity]  # a view; it keeps `raw` alive
+        self.virtual = virtual
+        if virtual:
+            # A planning pool: the same bookkeeping, no bytes behind it (see view()).
+            self.arena = None
+        else:
+            # Over-allocate by one alignment and slice so the arena's *address* is aligned,
+            # not only its offsets. np.empty only reserves address space: the OS maps a
+            # page on first write, so an idle arena costs (almost) no resident memory.
+            raw = np.empty(self.capacity + alignment, dtype=np.uint8)
+            skip = -raw.ctypes.data % alignment
+            self.arena = raw[skip : skip + self.capacity]  # a view; it keeps `raw` alive
 
         # The id-to-block table: offset -> (size, requested bytes, owner, owner_is_weakref).
         self._live: dict[int, tuple[int, int, object, bool]] = {}
@@ -221,6 +229,8 @@ class Pool:
         ``free``, but the bytes may then belong to another block: use-after-free is
         the owner's bug, exactly as with a raw pointer.
         """
+        if self.virtual:
+            raise ValueError("Pool.view: a virtual (planning) pool has no bytes to view")
         start = offset if within is None else within
         size = self.size_of(start)
         if not (0 <= nbytes and start <= offset and offset + nbytes <= start + size):

@@ -1,0 +1,60 @@
+"""AlexNet at batch 200 (3x227x227, float32): peak memory of baseline, liveness and liveness +
+recomputation, planned on shapes alone, beside SuperNeurons' measured 2189 / 1489 / 886 MB
+(and 1132 MB with offloading, a later nnmem issue).
+
+    python bench/plan.py [--json out.json]
+
+SuperNeurons counts data tensors (forward outputs and their gradients). nnmem's pool holds
+more, so three views are printed:
+- full: everything a training step keeps in the pool (parameters, momentum, gradients,
+  the batch, convolution workspaces, activations): what the pool must hold;
+- data: the same minus the persistent bytes (parameters, optimizer state, inputs, results);
+- data, no workspaces: with direct convolutions (no im2col workspace), the closest to what
+  SuperNeurons counts (it allocates workspaces separately, from memory left free).
+"""
+import argparse
+
+import nnmem.ops.conv as conv_op
+from nnmem.models import create_model
+from nnmem.planning import plan
+from train import emit_json
+
+SUPERNEURONS_MB = {"baseline": 2189.437, "liveness": 1489.355, "liveness + recompute": 886.23}
+
+
+def alexnet_plan():
+    return plan(create_model("alexnet"), (200, 3, 227, 227), recompute="cost-aware")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", help="also write the JSON to this file")
+    args = parser.parse_args()
+    full = alexnet_plan()
+    limit = conv_op.WORKSPACE_LIMIT_BYTES
+    conv_op.WORKSPACE_LIMIT_BYTES = 0  # no workspace fits: every convolution runs direct
+    try:
+        direct = alexnet_plan()
+    finally:
+        conv_op.WORKSPACE_LIMIT_BYTES = limit
+    mb = 1e6
+    rows = {}
+    print("AlexNet, batch 200, 3x227x227, float32 (MB = 10^6 bytes)")
+    print(f"  persistent (parameters, momentum, batch, results): {full.persistent_bytes / mb:.1f} MB")
+    print(f"  {'technique':22} {'full':>9} {'data':>9} {'data, no ws':>12} {'SuperNeurons':>13}  "
+          f"{'extra ops':>9}  peak at (data, no ws)")
+    for a, b in zip(full.techniques, direct.techniques):
+        row = {"full_mb": a.peak_bytes / mb,
+               "data_mb": (a.peak_bytes - full.persistent_bytes) / mb,
+               "data_no_workspace_mb": (b.peak_bytes - direct.persistent_bytes) / mb,
+               "superneurons_mb": SUPERNEURONS_MB[a.technique],
+               "recomputations": b.recomputations, "peak_at": b.peak_operation}
+        rows[a.technique] = row
+        print(f"  {a.technique:22} {row['full_mb']:9.1f} {row['data_mb']:9.1f} "
+              f"{row['data_no_workspace_mb']:12.1f} {row['superneurons_mb']:13.1f}  "
+              f"{row['recomputations']:9d}  {row['peak_at']}")
+    emit_json(rows, args.json)
+
+
+if __name__ == "__main__":
+    main()

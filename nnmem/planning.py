@@ -1,0 +1,79 @@
+"""Memory before running: plan a training step on shapes alone.
+
+``plan(model, input_shape)`` compiles the model on a *planning device* (nnmem.device
+.create_planning_device: its pool hands out offsets with no bytes behind them), records one
+training step in graph mode (recording never runs a kernel), and compiles the recording three
+ways, exactly as ``model.compile`` and graph mode would on a real device:
+
+- baseline:               recycling off, every block of the step kept until it ends;
+- liveness:               each block freed after its last use (plus in-place, static plan);
+- liveness + recompute:   cheap forward results dropped and rebuilt in backward.
+
+Because the planner is the graph compiler itself, running on the same allocator, its peak is
+the peak a real graph-mode iteration measures in the pool, byte for byte.
+"""
+from typing import NamedTuple
+
+import numpy as np
+
+from nnmem import device, opt, tensor
+
+
+class TechniquePlan(NamedTuple):
+    technique: str
+    peak_bytes: int          # pool peak of a training iteration: persistent + plan arena
+    lower_bound_bytes: int   # persistent + the step's lower bound
+    live_tensors_at_peak: int
+    peak_step: int           # position in the replay order
+    peak_operation: str      # "layer:Op" at the peak
+    recomputations: int      # extra forward operations run in backward
+
+    def fits(self, budget):
+        return budget is None or self.peak_bytes <= budget
+
+
+class StepPlan(NamedTuple):
+    model: str
+    input_shape: tuple
+    persistent_bytes: int    # parameters, optimizer state, inputs, results
+    nodes: int
+    techniques: list         # TechniquePlan, in the order baseline, liveness, recompute
+
+    def best(self):
+        return min(self.techniques, key=lambda t: t.peak_bytes)
+
+
+def plan(model, input_shape, recompute="cost-aware", sequential=False, optimizer=None,
+         num_classes=None, dtype=np.float32):
+    """A StepPlan for training `model` (a new, uninitialised Model: it is compiled on a
+    planning device) on batches of `input_shape` (batch first) with class-id labels."""
+    input_shape = tuple(int(s) for s in input_shape)
+    if len(input_shape) < 2 or min(input_shape) <= 0:
+        raise ValueError(f"input shape {input_shape}: give (batch, ...) with positive sizes, "
+                         "e.g. (16, 3, 224, 224)")
+    dev = device.create_planning_device()
+    model.set_optimizer(optimizer or opt.SGD(lr=0.01, momentum=0.9))
+    tx = tensor.PlaceHolder(input_shape, dev, dtype)
+    ty = tensor.PlaceHolder((input_shape[0],), dev, tensor.int32)
+    model.compile([tx], is_train=True, use_graph=True, sequential=sequential)
+    tx.set_value(0)
+    ty.set_value(0)
+    model(tx, ty)  # records and compiles (liveness), runs nothing
+    step = model.compiled_step(tx, ty)
+    techniques = []
+    for name, recycle, strategy in (("baseline", False, "none"), ("liveness", True, "none"),
+                                    ("liveness + recompute", True, recompute)):
+        dev.recycle = recycle
+        step.compile(sequential, strategy)
+        techniques.append(_summarise(name, step))
+    dev.recycle = True
+    return StepPlan(type(model).__name__, input_shape, step.persistent_bytes, len(step.recorded),
+                    techniques)
+
+
+def _summarise(name, step):
+    timeline = step.timeline
+    position, operation = timeline.peak_step()
+    return TechniquePlan(name, step.persistent_bytes + step.plan.arena_bytes,
+                         step.persistent_bytes + step.plan.lower_bound,
+                         timeline.live[position], position, operation, step.recomputations)

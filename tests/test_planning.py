@@ -1,0 +1,88 @@
+"""Planning on shapes alone gives the figures a real run measures, byte for byte."""
+import numpy as np
+import pytest
+
+from nnmem import device, opt, tensor
+from nnmem.cli import main
+from nnmem.models import create_model
+from nnmem.planning import plan
+
+ZOO = {
+    "cnn": ((4, 1, 28, 28), {}),
+    "mlp": ((4, 1, 8, 8), {}),
+    "resnet": ((2, 3, 16, 16), {"depth": 8}),
+    "alexnet": ((2, 3, 67, 67), {"width": 1 / 16, "num_classes": 10}),
+    "vgg16": ((2, 3, 32, 32), {"width": 1 / 16, "num_classes": 10}),
+    "densenet": ((2, 3, 16, 16), {"layers_per_block": 2, "blocks": 2}),
+    "inception": ((2, 3, 16, 16), {"width": 0.25}),
+}
+
+
+def measured_peak(name, recycle, recompute):
+    shape, kwargs = ZOO[name]
+    dev = device.create_cpu_device("256MiB")
+    dev.recycle = recycle
+    m = create_model(name, **kwargs)
+    m.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
+    tx, ty = tensor.PlaceHolder(shape, dev), tensor.PlaceHolder((shape[0],), dev, tensor.int32)
+    m.compile([tx], use_graph=True, recompute=recompute)
+    tx.copy_from_numpy(np.random.default_rng(0).random(shape, dtype=np.float32))
+    ty.copy_from_numpy(np.zeros(shape[0], np.int32))
+    m(tx, ty)
+    m(tx, ty)
+    return dev.memory_stats()["allocated_bytes.peak"]
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_planned_peak_is_the_measured_peak(name):
+    shape, kwargs = ZOO[name]
+    planned = plan(create_model(name, **kwargs), shape, recompute="cost-aware")
+    settings = [(False, "none"), (True, "none"), (True, "cost-aware")]
+    for technique, (recycle, recompute) in zip(planned.techniques, settings):
+        assert technique.peak_bytes == measured_peak(name, recycle, recompute), technique
+    baseline, liveness, recompute = planned.techniques
+    assert baseline.peak_bytes > liveness.peak_bytes >= recompute.peak_bytes
+
+
+def test_planning_allocates_no_bytes_and_runs_nothing():
+    planned = plan(create_model("resnet", depth=110), (64, 3, 32, 32))
+    assert planned.techniques[0].peak_bytes > 2**30  # a baseline no 24 GiB test box could run
+    assert planned.nodes > 1000
+
+
+def test_plan_rejects_malformed_shapes():
+    with pytest.raises(ValueError, match="batch"):
+        plan(create_model("mlp"), (0, 784))
+
+
+def test_cli_plan_table_budget_and_searches(capsys):
+    assert main(["plan", "--model", "resnet", "--depth", "20", "--batch", "8",
+                 "--input", "3x32x32", "--budget", "40MiB"]) == 0
+    out = capsys.readouterr().out
+    assert "baseline" in out and "liveness + recompute" in out
+    assert "does not fit" in out and "  fits" in out
+    assert main(["plan", "--model", "resnet", "--batch", "8", "--input", "3x32x32",
+                 "--budget", "1MiB"]) == 0
+    assert "no technique fits 1.0 MiB: the smallest peak reachable is" in capsys.readouterr().out
+    assert main(["plan", "--model", "resnet", "--batch", "4", "--input", "3x32x32",
+                 "--budget", "60MiB", "--find-depth"]) == 0
+    out = capsys.readouterr().out
+    depth = int(out.split("deepest ResNet that fits 60.0 MiB: ")[1].split()[0])
+    fits = plan(create_model("resnet", depth=depth), (4, 3, 32, 32)).best().peak_bytes
+    deeper = plan(create_model("resnet", depth=depth + 6), (4, 3, 32, 32)).best().peak_bytes
+    assert fits <= 60 * 2**20 < deeper
+    assert main(["plan", "--model", "cnn", "--input", "1x28x28", "--budget", "64MiB",
+                 "--find-batch"]) == 0
+    assert "largest batch that fits 64.0 MiB:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["plan", "--model", "transformer"], "unknown model"),
+    (["plan", "--input", "3xaxb"], "3x224x224"),
+    (["plan", "--budget", "12 gigs"], "GiB"),
+    (["plan", "--find-depth"], "--budget"),
+    (["plan", "--model", "cnn", "--find-depth", "--budget", "1GiB"], "--model resnet"),
+])
+def test_cli_plan_bad_input_is_explained(capsys, argv, message):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
