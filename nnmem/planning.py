@@ -27,6 +27,7 @@ class TechniquePlan(NamedTuple):
     peak_step: int           # position in the replay order
     peak_operation: str      # "layer:Op" at the peak
     recomputations: int      # extra forward operations run in backward
+    timeline: object         # memory.timeline.Timeline: bytes and live tensors per step
 
     def fits(self, budget):
         return budget is None or self.peak_bytes <= budget
@@ -74,6 +75,8 @@ def plan(model, input_shape, recompute="cost-aware", sequential=False, optimizer
 def _summarise(name, step):
     timeline = step.timeline
     position, operation = timeline.peak_step()
+    timeline.label = name
     return TechniquePlan(name, step.persistent_bytes + step.plan.arena_bytes,
                          step.persistent_bytes + step.plan.lower_bound,
-                         timeline.live[position], position, operation, step.recomputations)
+                         timeline.live[position], position, operation, step.recomputations,
+                         timeline)
