@@ -8,16 +8,18 @@ outputs that backward needs are then dropped right after their last forward use,
 from the nearest checkpoints just before backward needs them. A *segment* is a connected group
 of cheap operations between checkpoints.
 
-- speed-centric: rebuild a whole segment once, at the first backward use of any of its
-  tensors, and keep the rebuilt tensors until their last backward use (fewest recomputations);
-- memory-centric: rebuild, for every backward operation, just the chain of tensors it needs,
-  and drop them after it (least memory, most recomputations);
-- cost-aware: speed-centric for a segment when keeping its rebuilt tensors cannot raise the
-  step's peak above the memory-centric peak, memory-centric otherwise. SuperNeurons tests a
-  segment's bytes against the largest single layer's working set, which bounds the peak when
-  the checkpoints are offloaded to the host; without offloading the checkpoints stay live, so
-  nnmem tests the segment against the headroom it would actually have: the memory-centric
-  peak minus the bytes live under memory-centric while the segment would be kept.
+- speed-centric: keep every rebuilt tensor until its last backward use, so a segment is
+  rebuilt once, at its first use in backward (fewest recomputations);
+- memory-centric: keep nothing: for every backward operation, rebuild just the chain of
+  tensors it needs, and drop them after it (least memory, most recomputations);
+- cost-aware: keep a rebuilt tensor only where that cannot raise the step's peak above the
+  memory-centric peak. SuperNeurons decides per segment, testing its bytes against the largest
+  single layer's working set, which bounds the peak when the checkpoints are offloaded to the
+  host. nnmem does not offload yet, so the checkpoints stay live; it tests each rebuilt tensor
+  against the headroom it would actually have (the memory-centric peak minus the bytes live
+  under memory-centric while the tensor would be kept), which keeps the guarantee, and, per
+  tensor rather than per segment, keeps small tensors (a pooled output, its argmax) while
+  rebuilding large ones (an LRN output) again.
 
 The rewrite works on recorded nodes: a rebuilt tensor is a new block (a "shadow") written by a
 copy of its producer, and the backward nodes read the shadow instead of the original. The
@@ -48,74 +50,56 @@ def recompute(nodes, kinds, strategy, round_up):
     def rebuildable(block):
         return id(block) in rebuildable_ids
 
-    segment_of = _segments(forward, producer, rebuildable)
-    members = {}
-    for node in forward:  # forward order
-        if node in segment_of:
-            members.setdefault(segment_of[node], []).append(node)
-    speed_segments = set(members) if strategy == "speed" else set()
-    if strategy == "cost-aware":
-        speed_segments = _affordable_segments(nodes, kinds, members, segment_of, producer,
-                                              rebuildable, round_up)
-    return _rewrite(nodes, members, segment_of, producer, rebuildable, speed_segments)
+    rebuilt = sorted(rebuildable_ids, key=lambda k: producer[k].index)
+    if strategy == "speed":
+        keep = set(rebuilt)
+    elif strategy == "memory":
+        keep = set()
+    else:
+        keep = _affordable(nodes, kinds, producer, rebuildable, round_up)
+    return _rewrite(nodes, producer, rebuildable, keep)
 
 
-def _rewrite(nodes, members, segment_of, producer, rebuildable, speed_segments):
-    """The nodes with rebuilds inserted: whole segments once for `speed_segments`, per backward
-    node for the others. Returns (nodes, number of recomputed operations)."""
+def _rewrite(nodes, producer, rebuildable, keep):
+    """The nodes with rebuilds inserted before the backward nodes that read dropped tensors.
+    A rebuilt tensor whose id is in `keep` is kept for later backward nodes; the others are
+    rebuilt again where needed. Returns (nodes, number of recomputed operations)."""
     out, count = [], 0
-    kept_shadows = {}  # segment -> {block id: shadow block}, for speed-centric segments
-    previous = None    # index of the last original node: recomputations run after it
+    kept = {}        # block id -> rebuilt block, for kept tensors
+    previous = None  # index of the last original node: recomputations run after it
     for node in nodes:
         if node.phase == "forward":
             out.append(_renumbered(node, len(out)))
             previous = len(out) - 1
             continue
-        needed = [s.block for s in node.reads if rebuildable(s.block)]
-        local = {}
-        for block in needed:
-            segment = segment_of[producer[id(block)]]
-            if segment in speed_segments:
-                if segment not in kept_shadows:
-                    kept_shadows[segment] = {}
-                    for member in members[segment]:
-                        out.append(_clone(member, len(out), kept_shadows[segment], rebuildable,
-                                          previous))
-                        count += 1
-                local.update(kept_shadows[segment])
-            elif id(block) not in local:
-                for member in _chain(block, producer, rebuildable):
-                    if any(id(s.block) in local for s in _recipe(member)[1]):
-                        continue  # already rebuilt for this node by another chain
-                    out.append(_clone(member, len(out), local, rebuildable, previous))
-                    count += 1
+        local = dict(kept)
+        for spec in node.reads:
+            if not rebuildable(spec.block) or id(spec.block) in local:
+                continue
+            for member in _chain(spec.block, producer, rebuildable, local):
+                out.append(_clone(member, len(out), local, rebuildable, previous))
+                count += 1
+                for written in _recipe(member)[1]:
+                    if id(written.block) in keep:
+                        kept[id(written.block)] = local[id(written.block)]
         out.append(_renumbered(node, len(out), reads=_through(node.reads, local, rebuildable)))
         previous = len(out) - 1
     return out, count
 
 
-def _affordable_segments(nodes, kinds, members, segment_of, producer, rebuildable, round_up):
-    """Segments that may be rebuilt once and kept without raising the memory-centric peak.
+def _affordable(nodes, kinds, producer, rebuildable, round_up):
+    """Ids of rebuilt tensors that may be kept without raising the memory-centric peak.
 
     Live bytes are taken per original backward node under memory-centric recomputation (in
-    recording order); a segment kept from its first to its last backward use is accepted if
-    those live bytes plus its own stay within the memory-centric peak everywhere in between.
-    Accepted segments add their bytes, so the next ones see less headroom. The estimate counts
-    an accepted segment's memory-centric rebuilds too, so it errs on the safe side."""
-    rewritten, _ = _rewrite(nodes, members, segment_of, producer, rebuildable, set())
-    kinds = dict(kinds)
-    for node in rewritten:
-        for block in node.blocks():
-            kinds.setdefault(id(block), INTERMEDIATE)
-    order = list(range(len(rewritten)))
-    delta = [0] * (len(rewritten) + 1)
-    for storage in storages(rewritten, order, kinds, round_up, inplace=True):
-        delta[storage.first] += storage.nbytes
-        delta[storage.last + 1] -= storage.nbytes
-    live, running = [], 0
-    for position in order:
-        running += delta[position]
-        live.append(running)
+    recording order); a tensor kept from its first to its last backward use is accepted if
+    those live bytes plus its own stay within the memory-centric peak at every node in between
+    where memory-centric would not hold it anyway. Candidates are tried smallest first, and
+    accepted ones add their bytes, so the next ones see less headroom. The estimate is not
+    exact (which rebuilt copies are live at a node's busiest moment varies), so the accepted
+    list is then cut to its longest prefix whose real rewritten step stays within the
+    memory-centric peak."""
+    rewritten, _ = _rewrite(nodes, producer, rebuildable, set())
+    live = _live_bytes(rewritten, kinds, round_up)
     peak = max(live, default=0)
     # Live bytes at each original non-forward node: the max over it and its rebuilds.
     at_node, current = [], 0
@@ -125,21 +109,57 @@ def _affordable_segments(nodes, kinds, members, segment_of, producer, rebuildabl
             at_node.append(current)
             current = 0
     backward = [n for n in nodes if n.phase != "forward"]
-    uses = {}
+    uses = {}  # rebuilt tensor -> backward nodes where memory-centric rebuilds it
     for i, node in enumerate(backward):
         for spec in node.reads:
             if rebuildable(spec.block):
-                segment = segment_of[producer[id(spec.block)]]
-                first, _ = uses.get(segment, (i, i))
-                uses[segment] = (first, i)
-    accepted = set()
-    for segment, (first, last) in sorted(uses.items(), key=lambda item: item[1]):
-        extra = sum(round_up(s.block.nbytes) for m in members[segment] for s in _recipe(m)[1])
-        if max(at_node[first:last + 1]) + extra <= peak:
-            accepted.add(segment)
-            for i in range(first, last + 1):
-                at_node[i] += extra
-    return accepted
+                for member in _chain(spec.block, producer, rebuildable, {}):
+                    for written in _recipe(member)[1]:
+                        uses.setdefault(id(written.block), set()).add(i)
+    nbytes = {id(s.block): round_up(s.block.nbytes) for n in nodes for s in n.writes}
+    accepted = []
+    # Smallest first: a small tensor kept saves as many rebuilds as a large one. Keeping a
+    # tensor adds its bytes between its uses; at a use, memory-centric holds it anyway.
+    for key, used in sorted(uses.items(), key=lambda item: (nbytes[item[0]], min(item[1]))):
+        between = [i for i in range(min(used), max(used) + 1) if i not in used]
+        if all(at_node[i] + nbytes[key] <= peak for i in between):
+            accepted.append(key)
+            for i in between:
+                at_node[i] += nbytes[key]
+
+    # The estimate orders the candidates; the real peak decides: keep the longest prefix of
+    # them whose rewritten step stays within the memory-centric peak (a binary search).
+    def within(count):
+        trial, _ = _rewrite(nodes, producer, rebuildable, set(accepted[:count]))
+        return max(_live_bytes(trial, kinds, round_up), default=0) <= peak
+    if within(len(accepted)):
+        return set(accepted)
+    good, bad = 0, len(accepted)
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if within(middle):
+            good = middle
+        else:
+            bad = middle
+    return set(accepted[:good])
+
+
+def _live_bytes(nodes, kinds, round_up):
+    """Bytes of intermediate storages live at each position of the serial order."""
+    kinds = dict(kinds)
+    for node in nodes:
+        for block in node.blocks():
+            kinds.setdefault(id(block), INTERMEDIATE)
+    order = list(range(len(nodes)))
+    delta = [0] * (len(nodes) + 1)
+    for storage in storages(nodes, order, kinds, round_up, inplace=True):
+        delta[storage.first] += storage.nbytes
+        delta[storage.last + 1] -= storage.nbytes
+    live, running = [], 0
+    for position in order:
+        running += delta[position]
+        live.append(running)
+    return live
 
 
 def _worth_rebuilding(nodes, forward, producer, readers, kinds):
@@ -178,30 +198,9 @@ def _recipe(node):
     return node.recompute
 
 
-def _segments(forward, producer, rebuildable):
-    """{node: segment id}: cheap nodes joined through the rebuildable tensors they pass on."""
-    parent = {}
-
-    def find(n):
-        while parent[n] is not n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
-    for node in forward:
-        if node.recompute is not None:
-            parent[node] = node
-    for node in forward:
-        if node not in parent:
-            continue
-        for spec in _recipe(node)[2]:
-            source = producer.get(id(spec.block))
-            if source in parent and rebuildable(spec.block):
-                parent[find(node)] = find(source)
-    return {node: id(find(node)) for node in parent}
-
-
-def _chain(block, producer, rebuildable):
-    """The cheap nodes that rebuild `block` from kept tensors, in forward order."""
+def _chain(block, producer, rebuildable, available):
+    """The cheap nodes that rebuild `block` from kept tensors and from the rebuilt ones in
+    `available` (block id -> rebuilt block), in forward order."""
     order, seen, stack = [], set(), [producer[id(block)]]
     while stack:
         node = stack.pop()
@@ -210,7 +209,7 @@ def _chain(block, producer, rebuildable):
         seen.add(node)
         order.append(node)
         for spec in _recipe(node)[2]:
-            if rebuildable(spec.block):
+            if rebuildable(spec.block) and id(spec.block) not in available:
                 stack.append(producer[id(spec.block)])
     return sorted(order, key=lambda n: n.index)
 
