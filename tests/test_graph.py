@@ -9,35 +9,7 @@ from nnmem.graph.schedule import bfs_order, dependencies
 from nnmem.memory import RecordingReadError
 from nnmem.models import create_model
 
-
-def batches(shape, n, seed=0, classes=10):
-    rng = np.random.default_rng(seed)
-    return [(rng.random(shape, dtype=np.float32), rng.integers(0, classes, shape[0]).astype(np.int32))
-            for _ in range(n)]
-
-
-def train(m, data, use_graph, sequential=False, optimizer=None, pool="256MiB", seed=0):
-    """Losses and final states of `m` trained on `data`; returns (losses, states, device, tx, ty)."""
-    dev = device.create_cpu_device(pool)
-    dev.SetRandSeed(seed)
-    m.set_optimizer(optimizer or opt.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4))
-    tx = tensor.PlaceHolder(data[0][0].shape, dev)
-    ty = tensor.PlaceHolder(data[0][1].shape, dev, tensor.int32)
-    m.compile([tx], is_train=True, use_graph=use_graph, sequential=sequential)
-    losses = []
-    for x, y in data:
-        tx.copy_from_numpy(x)
-        ty.copy_from_numpy(y)
-        _, loss = m(tx, ty)
-        losses.append(tensor.to_numpy(loss)[0])
-    states = {k: tensor.to_numpy(v) for k, v in m.get_states().items()}
-    return losses, states, dev, tx, ty
-
-
-def assert_identical(a, b):
-    assert a[0] == b[0], "losses differ"
-    for k in a[1]:
-        np.testing.assert_array_equal(a[1][k], b[1][k], err_msg=k)
+from training import assert_identical, batches, train
 
 
 @pytest.mark.parametrize("name,shape,kwargs", [

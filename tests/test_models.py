@@ -6,10 +6,12 @@ import time
 import numpy as np
 import pytest
 
-from nnmem import device, layer, opt, tensor
+from nnmem import device, layer, tensor
 from nnmem.models import MODELS, create_model
 from nnmem.models.classifier import Classifier
 from nnmem.models.resnet import cifar_plan, imagenet_plan, split_blocks
+
+from training import assert_identical, batches, train
 
 # Tiny forms of every zoo model: (name, input shape (batch 2), create_model kwargs).
 TINY = {
@@ -25,37 +27,6 @@ TINY = {
     "densenet": ("densenet", (2, 3, 16, 16), {"growth": 4, "layers_per_block": 3, "blocks": 2}),
     "inception": ("inception", (2, 3, 16, 16), {"width": 1 / 16, "modules": 2}),
 }
-
-
-def batches(shape, n, seed=0, classes=10):
-    rng = np.random.default_rng(seed)
-    return [(rng.random(shape, dtype=np.float32),
-             rng.integers(0, classes, shape[0]).astype(np.int32)) for _ in range(n)]
-
-
-def train(m, data, use_graph, sequential=False, optimizer=None, pool="64MiB", seed=0):
-    """Losses and final states of `m` trained on `data`; returns (losses, states, device, tx, ty).
-    (The pattern of tests/test_graph.py.)"""
-    dev = device.create_cpu_device(pool)
-    dev.SetRandSeed(seed)
-    m.set_optimizer(optimizer or opt.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4))
-    tx = tensor.PlaceHolder(data[0][0].shape, dev)
-    ty = tensor.PlaceHolder(data[0][1].shape, dev, tensor.int32)
-    m.compile([tx], is_train=True, use_graph=use_graph, sequential=sequential)
-    losses = []
-    for x, y in data:
-        tx.copy_from_numpy(x)
-        ty.copy_from_numpy(y)
-        _, loss = m(tx, ty)
-        losses.append(tensor.to_numpy(loss)[0])
-    states = {k: tensor.to_numpy(v) for k, v in m.get_states().items()}
-    return losses, states, dev, tx, ty
-
-
-def assert_identical(a, b):
-    assert a[0] == b[0], "losses differ"
-    for k in a[1]:
-        np.testing.assert_array_equal(a[1][k], b[1][k], err_msg=k)
 
 
 def test_every_model_is_registered_and_ignores_unknown_arguments():

@@ -17,7 +17,7 @@ block1.cat1 joins the block's input and layer1's output (layer2's input), block1
 layer2's output, ..., and block1.cat is the block's output; transition1.bn, ... .
 """
 from nnmem import layer
-from nnmem.models.classifier import Classifier
+from nnmem.models.classifier import Classifier, GlobalAvgPool
 
 
 class DenseLayer(layer.Layer):
@@ -91,7 +91,7 @@ class DenseNet(Classifier):
                 self.stages.append(transition)
         self.bn = layer.BatchNorm2d(channels)
         self.relu = layer.ReLU()
-        self.global_pool = None  # an AvgPool2d over the last block's resolution, made lazily
+        self.global_pool = GlobalAvgPool()
         self.flatten = layer.Flatten()
         self.fc = layer.Linear(num_classes)
 
@@ -100,8 +100,6 @@ class DenseNet(Classifier):
         for stage in self.stages:
             y = stage(y)
         y = self.relu(self.bn(y))
-        if self.global_pool is None:  # 8x8 for 32x32 input and 3 blocks
-            self.global_pool = layer.AvgPool2d(y.shape[2:])
         return self.fc(self.flatten(self.global_pool(y)))
 
 

@@ -12,7 +12,7 @@ Layers are named by position: stem.conv, stem.bn, stem.relu; module1.branch3_red
 module1.branch3.bn, ..., module1.cat; pool1 (between module1 and module2), ...
 """
 from nnmem import layer
-from nnmem.models.classifier import Classifier
+from nnmem.models.classifier import Classifier, GlobalAvgPool
 
 #: GoogLeNet's modules (Table 1): 1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool projection.
 GOOGLENET_MODULES = (
@@ -83,7 +83,7 @@ class Inception(Classifier):
             setattr(self, f"module{i + 1}", module)
             self.stages.append(module)
             channels = module.out_channels
-        self.global_pool = None  # an AvgPool2d over the last module's resolution, made lazily
+        self.global_pool = GlobalAvgPool()
         self.flatten = layer.Flatten()
         self.fc = layer.Linear(num_classes)
 
@@ -91,8 +91,6 @@ class Inception(Classifier):
         y = self.stem(x)
         for stage in self.stages:
             y = stage(y)
-        if self.global_pool is None:  # 8x8 for 32x32 input and 3 modules
-            self.global_pool = layer.AvgPool2d(y.shape[2:])
         return self.fc(self.flatten(self.global_pool(y)))
 
 

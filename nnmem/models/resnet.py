@@ -24,7 +24,7 @@ network of any depth. The blocks are kept in one flat list registered by registe
 beyond creating the layer.
 """
 from nnmem import layer
-from nnmem.models.classifier import Classifier
+from nnmem.models.classifier import Classifier, GlobalAvgPool
 
 #: ImageNet depth -> (block, blocks per stage), Table 1 of the paper.
 IMAGENET_DEPTHS = {
@@ -193,7 +193,7 @@ class ResNet(Classifier):
                 self.blocks.append(Block(in_channels, channels, stride))
                 in_channels = channels * Block.expansion
         self.register_layers(*self.blocks)
-        self.global_pool = None  # an AvgPool2d over the last stage's resolution, made lazily
+        self.global_pool = GlobalAvgPool()
         self.flatten = layer.Flatten()
         self.fc = layer.Linear(num_classes)
 
@@ -203,8 +203,6 @@ class ResNet(Classifier):
             y = self.maxpool(y)
         for block in self.blocks:
             y = block(y)
-        if self.global_pool is None:  # 8x8 for 32x32 input (CIFAR), 7x7 for 224x224 (ImageNet)
-            self.global_pool = layer.AvgPool2d(y.shape[2:])
         return self.fc(self.flatten(self.global_pool(y)))
 
 
