@@ -50,9 +50,8 @@ def recompute(nodes, kinds, strategy, round_up):
     def rebuildable(block):
         return id(block) in rebuildable_ids
 
-    rebuilt = sorted(rebuildable_ids, key=lambda k: producer[k].index)
     if strategy == "speed":
-        keep = set(rebuilt)
+        keep = set(rebuildable_ids)
     elif strategy == "memory":
         keep = set()
     else:
