@@ -137,8 +137,11 @@ class Device:
 
     # -- SINGA's device methods -------------------------------------------------------------
     def SetRandSeed(self, seed):
-        """Seed the generator that initialises parameters and draws dropout masks."""
-        self.rng = np.random.default_rng(seed)
+        """Seed the generator that initialises parameters and draws dropout masks.
+
+        The generator is reseeded in place: recorded kernels that draw from it (dropout in a
+        compiled graph) hold this object, and must see the new seed as eager code does."""
+        self.rng.bit_generator.state = np.random.default_rng(seed).bit_generator.state
 
     def Sync(self):
         """Wait for queued work; the CPU device runs everything at once, so nothing waits."""

@@ -18,6 +18,7 @@ do not exist yet: reading one there raises RecordingReadError.
 import io
 import json
 import zipfile
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from nnmem.graph.executor import CompiledStep
 from nnmem.graph.recompute import STRATEGIES
 from nnmem.graph.recorder import Recorder
 from nnmem.layer import Layer
+from nnmem.memory.errors import OutOfMemory
 from nnmem.tensor import Tensor, from_numpy, to_numpy
 
 
@@ -133,12 +135,16 @@ class Model(Layer):
             dev.end_step()
         return result
 
-    def _graph_key(self, inputs):
-        return (self.training,) + tuple((t.shape, t.dtype) if isinstance(t, Tensor) else t
-                                        for t in inputs)
+    def _graph_key(self, inputs, kwargs=None):
+        def key(value):
+            if isinstance(value, Tensor):
+                return value.shape, value.dtype
+            return value if isinstance(value, Hashable) else id(value)
+        return (self.training,) + tuple(key(t) for t in inputs) + tuple(
+            (name, key(value)) for name, value in sorted((kwargs or {}).items()))
 
     def _run_graph(self, dev, step, inputs, kwargs):
-        key = self._graph_key(inputs)
+        key = self._graph_key(inputs, kwargs)
         compiled = self._graphs.get(key)
         if compiled is not None:
             return compiled.replay(inputs)
@@ -149,8 +155,14 @@ class Model(Layer):
             dev.recorder = None
         shapes = ", ".join("x".join(map(str, t.shape)) for t in inputs if isinstance(t, Tensor))
         label = f"{type(self).__name__} ({'training' if self.training else 'inference'}, {shapes})"
-        compiled = CompiledStep(dev, recorder, inputs, result, self.sequential, label,
-                                self.recompute)
+        try:
+            compiled = CompiledStep(dev, recorder, inputs, result, self.sequential, label,
+                                    self.recompute)
+        except OutOfMemory as e:
+            e.add_note(f"graph mode planned this step ({label}) with recompute="
+                       f"{self.recompute!r}: compile(..., recompute='cost-aware') lowers its "
+                       "peak; `nnmem plan` shows the figures of each technique beforehand")
+            raise
         self._graphs[key] = compiled
         if dev.virtual:  # planned, not run: values exist only on a real device
             return result

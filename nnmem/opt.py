@@ -4,8 +4,8 @@ pile up until the end of backward.
 
 State (momentum buffers, Adam moments) is keyed by the parameter tensor itself, not by its
 name, so two layers that happen to share a name cannot share a buffer. The step count is a
-tensor too, advanced by a device operation, and the learning rate is read when the update
-runs: a replayed graph therefore sees both change.
+tensor too, advanced by a device operation, and the hyperparameters (learning rate, momentum,
+weight decay, ...) are read when the update runs: a replayed graph sees them change.
 """
 import numpy as np
 
@@ -70,10 +70,10 @@ class SGD(Optimizer):
         if p not in self.moments:
             self.moments[p] = zeros_like(p)
         buf = self.moments[p]
-        m, d, wd, nesterov = self.momentum, self.dampening, self.weight_decay, self.nesterov
 
-        def update(p_, buf_, _p, g_, _buf):
-            K.sgd_update(*_flat(p_, g_, buf_), self.lr, m, d, wd, nesterov)
+        def update(p_, buf_, _p, g_, _buf):  # hyperparameters read when it runs (replays too)
+            K.sgd_update(*_flat(p_, g_, buf_), self.lr, self.momentum, self.dampening,
+                         self.weight_decay, self.nesterov)
         p.device.exec(update, reads=(p, g, buf), writes=(p, buf), name=f"{param_name}:SGD update",
                       phase="update")
 
@@ -93,9 +93,9 @@ class Adam(Optimizer):
             self.moments[p] = (zeros_like(p), zeros_like(p))
         m, v = self.moments[p]
         steps = self._step_tensor(p.device)
-        b1, b2, eps, wd = self.beta_1, self.beta_2, self.epsilon, self.weight_decay
 
-        def update(p_, m_, v_, _p, g_, _m, _v, steps_):
-            K.adam_update(*_flat(p_, g_, m_, v_), self.lr, b1, b2, eps, wd, int(steps_[0]) + 1)
+        def update(p_, m_, v_, _p, g_, _m, _v, steps_):  # hyperparameters read when it runs
+            K.adam_update(*_flat(p_, g_, m_, v_), self.lr, self.beta_1, self.beta_2,
+                          self.epsilon, self.weight_decay, int(steps_[0]) + 1)
         p.device.exec(update, reads=(p, g, m, v, steps), writes=(p, m, v),
                       name=f"{param_name}:Adam update", phase="update")

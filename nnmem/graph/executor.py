@@ -37,37 +37,53 @@ class CompiledStep:
         for k, block in self.blocks.items():  # results live in ordinary pool blocks
             if self.kinds[k] == END:
                 block.ensure_allocated()
-        self.storages = []
+        self.storages, self.plan = [], None
         self.recompute = recompute
         self.compile(sequential)
 
     # -- compiling ------------------------------------------------------------------------
     def compile(self, sequential, recompute=None):
         """(Re)plan the step for serial (sequential=True) or BFS order, and a recomputation
-        strategy ("none", "speed", "memory", "cost-aware"; None keeps the current one)."""
+        strategy ("none", "speed", "memory", "cost-aware"; None keeps the current one).
+        All or nothing: if the new plan does not fit the pool, the step keeps its old plan."""
         arena = self.device.graph_arena
-        arena.leave(self)
-        self.sequential = sequential
-        self.recompute = self.recompute if recompute is None else recompute
         pool = self.device.pool
         align = pool.alignment
 
         def round_up(n):
             return -(-max(n, 1) // align) * align
-        self.nodes, self.recomputations = recompute_pass(self.recorded, self.recorded_kinds,
-                                                         self.recompute, round_up)
-        self.kinds, _ = block_kinds(self.nodes)
-        self.order = replay_order(self.nodes, sequential)
-        self.storages = storages(self.nodes, self.order, self.kinds, round_up=round_up,
-                                 recycle=self.device.recycle)
-        sizes = [s.nbytes for s in self.storages]
-        self.plan = plan(sizes, [(s.first, s.last) for s in self.storages])
+        strategy = self.recompute if recompute is None else recompute
+        nodes, recomputations = recompute_pass(self.recorded, self.recorded_kinds, strategy,
+                                               round_up)
+        kinds, _ = block_kinds(nodes)
+        order = replay_order(nodes, sequential)
+        new_storages = storages(nodes, order, kinds, round_up=round_up,
+                                recycle=self.device.recycle)
+        new_plan = plan(sizes=[s.nbytes for s in new_storages],
+                        ranges=[(s.first, s.last) for s in new_storages])
+        previous = {k: getattr(self, k, None) for k in self._PLAN_STATE}
+        arena.leave(self)
         stats = pool.stats()
         in_arena = 1 if arena.offset is not None else 0
+        self.sequential, self.recompute, self.recomputations = sequential, strategy, recomputations
+        self.nodes, self.kinds, self.order = nodes, kinds, order
+        self.storages, self.plan = new_storages, new_plan
         self.persistent_bytes = stats["allocated_bytes.current"] - arena.size
+        try:
+            arena.join(self, self.plan.arena_bytes)
+        except MemoryError:
+            if previous["plan"] is None:  # the first plan: nothing to go back to
+                raise
+            for key, value in previous.items():
+                setattr(self, key, value)
+            arena.join(self, self.plan.arena_bytes)
+            raise
         self.timeline = self._planned_timeline(self.persistent_bytes,
                                                stats["active_blocks"] - in_arena)
-        arena.join(self, self.plan.arena_bytes)
+
+    # What compile() replaces, and puts back if the new plan does not fit.
+    _PLAN_STATE = ("sequential", "recompute", "recomputations", "nodes", "kinds", "order",
+                   "storages", "plan", "persistent_bytes")
 
     def place(self, base):
         """Point the intermediate blocks at their planned offsets from `base` (the arena's

@@ -18,12 +18,14 @@ class SharedArena:
     def join(self, step, nbytes):
         """Make room for a plan of `nbytes` and place `step` (and, if the arena moved, every
         other user) at the arena's offset via ``step.place(offset)``."""
-        self._users.add(step)
-        weakref.finalize(step, self._release_if_unused)
         if nbytes <= self.size:
+            self._users.add(step)
+            weakref.finalize(step, self._release_if_unused)
             step.place(self.offset)
             return
-        self._resize(nbytes)
+        self._resize(nbytes)  # raises OutOfMemory with every current user placed as before
+        self._users.add(step)
+        weakref.finalize(step, self._release_if_unused)
         for user in list(self._users):
             user.place(self.offset)
 
@@ -31,14 +33,21 @@ class SharedArena:
         self._users.discard(step)
         self._release_if_unused()
 
+    OWNER = "graph arena (shared by compiled steps)"
+
     def _resize(self, nbytes):
+        """Move to a block of `nbytes`. If the pool cannot serve it, the old size is allocated
+        again (its bytes were just freed, so it fits), possibly at another offset, and the
+        users are placed there before the error goes on: none is left on freed bytes."""
         if self.offset is not None:
             self.pool.free(self.offset)
         try:
-            self.offset = self.pool.alloc(nbytes, owner="graph arena (shared by compiled steps)")
+            self.offset = self.pool.alloc(nbytes, owner=self.OWNER)
         except MemoryError:
-            if self.offset is not None:  # put the old arena back for the steps already in it
-                self.offset = self.pool.alloc(self.size, owner="graph arena")
+            if self.offset is not None:
+                self.offset = self.pool.alloc(self.size, owner=self.OWNER)
+                for user in list(self._users):
+                    user.place(self.offset)
             raise
         self.size = nbytes
 

@@ -60,6 +60,8 @@ class Block:
 
     def array(self, shape, dtype):
         """A NumPy view of the block's bytes as `shape` and `dtype` (no copy)."""
+        if self.offset is None:
+            self.check_written()  # the clear error (unwritten, or being recorded)
         dtype = np.dtype(dtype)
         raw = self.device.pool.view(self.offset, math.prod(shape) * dtype.itemsize,
                                     within=self.planned)
