@@ -59,18 +59,17 @@ def run(args):
                              valid_depths(args, sample), "depth")
         print(f"deepest ResNet that fits {format_bytes(budget)}: "
               f"{'none' if depth is None else depth}")
-        if depth is not None:
-            args.depth = depth
+        if depth is None:
+            return 0
+        args.depth = depth
     elif args.find_batch:
         batch = find_largest(lambda b: _fits(args, sample, b, args.depth, budget),
                              _counting(), "batch")
         print(f"largest batch that fits {format_bytes(budget)}: "
               f"{'none' if batch is None else batch}")
-        if batch is not None:
-            args.batch = batch
-    if (args.find_depth or args.find_batch) and budget is not None and not _any_fits(
-            args, sample, budget):
-        return 0
+        if batch is None:
+            return 0
+        args.batch = batch
     print_plan(_plan(args, sample, args.batch, args.depth), budget)
     return 0
 
@@ -90,10 +89,6 @@ def _plan(args, sample, batch, depth):
 
 def _fits(args, sample, batch, depth, budget):
     return _plan(args, sample, batch, depth).best().fits(budget)
-
-
-def _any_fits(args, sample, budget):
-    return _fits(args, sample, args.batch, args.depth, budget)
 
 
 def print_plan(step, budget):

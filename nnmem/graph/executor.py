@@ -28,15 +28,13 @@ class CompiledStep:
         self.inputs = inputs
         self.result = result
         self.recorded_kinds, self.blocks = block_kinds(self.recorded)
-        self.kinds = self.recorded_kinds
         # Read-first blocks are held by the recorder; results are held here, so that nothing
-        # the replay writes or reads can be freed under it.
-        self.held = recorder.held + [
-            Tensor._on_block(b, (b.nbytes,), "uint8", device)
-            for k, b in self.blocks.items() if self.kinds[k] == END]
-        for k, block in self.blocks.items():  # results live in ordinary pool blocks
-            if self.kinds[k] == END:
-                block.ensure_allocated()
+        # the replay writes or reads can be freed under it. Results live in ordinary blocks.
+        results = [b for k, b in self.blocks.items() if self.recorded_kinds[k] == END]
+        for block in results:
+            block.ensure_allocated()
+        self.held = recorder.held + [Tensor._on_block(b, (b.nbytes,), "uint8", device)
+                                     for b in results]
         self.storages, self.plan = [], None
         self.recompute = recompute
         self.compile(sequential)
