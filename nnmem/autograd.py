@@ -11,26 +11,59 @@ forward activation lives exactly until the backward step that last needs it.
 """
 import contextlib
 import math
+import sys
+import threading
+import types
 
 import numpy as np
-
-#: True while training: operators then save what backward needs. Model.train()/eval() set it.
-training = False
 
 #: Operator.run's `recompute` value for a call that may simply be run again.
 SAME = "same"
 
-_scope = []  # names of the layers being called, innermost last (labels memory in reports)
+_local = threading.local()  # this thread's training flag and layer-name scope
+
+
+class _Module(types.ModuleType):
+    """This module, with ``training`` kept per thread.
+
+    ``autograd.training`` is True while training: operators then save what backward needs.
+    Model.train()/eval() and SINGA scripts set it. Each thread has its own value, so a
+    thread evaluating one model cannot switch off another thread's training; a thread that
+    never set it sees the value last set by any thread (False at first)."""
+    _default_training = False
+
+    @property
+    def training(self):
+        return _training()
+
+    @training.setter
+    def training(self, value):
+        _local.training = _Module._default_training = bool(value)
+
+
+sys.modules[__name__].__class__ = _Module
+
+
+def _training():
+    return getattr(_local, "training", _Module._default_training)
+
+
+def _scope():
+    """Names of the layers being called in this thread, innermost last (labels memory)."""
+    if not hasattr(_local, "scope"):
+        _local.scope = []
+    return _local.scope
 
 
 @contextlib.contextmanager
 def name_scope(name):
     """Label the tensors made inside with `name` (the calling layer), for memory reports."""
-    _scope.append(name)
+    scope = _scope()
+    scope.append(name)
     try:
         yield
     finally:
-        _scope.pop()
+        scope.pop()
 
 
 class Operator:
@@ -63,10 +96,12 @@ class Operator:
                                  f"({self.device} and {x.device}); move them to one device")
         # A leaf that does not store its gradient (an input batch) never receives one, so its
         # gradient is not computed at all (conv1 skips its backward-data pass).
+        training = _training()
         self.needs_grad = tuple(training and x.requires_grad and
                                 (x.creator is not None or x.stores_grad) for x in xs)
         self.requires_grad = any(self.needs_grad)
-        self.label = f"{_scope[-1]}:{self.name}" if _scope else self.name
+        scope = _scope()
+        self.label = f"{scope[-1]}:{self.name}" if scope else self.name
         ys = self.forward(*xs)
         if not self.requires_grad:
             self.saved = ()
@@ -134,8 +169,10 @@ def backward(y, dy=None):
     to it. `y` is usually the scalar loss; `dy` defaults to ones.
     """
     if y.creator is None:
-        raise ValueError("backward(y): y was not computed by operators with autograd on; "
-                         "call model.train() (autograd.training = True) before the forward pass")
+        raise ValueError("backward(y): no gradient can flow into y: it was computed with "
+                         "autograd.training off (model.eval(); use model.train() or "
+                         "autograd.training = True before the forward pass), or from tensors "
+                         "none of which needs a gradient (no parameter, no requires_grad=True)")
     if dy is None:
         dy = _constant(y.shape, y.dtype, y.device, 1.0)
     pending = _count_consumers(y.creator)

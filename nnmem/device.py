@@ -9,18 +9,23 @@ The function receives NumPy views of the tensors' bytes, outputs first:
 ``fn(*write_arrays, *read_arrays)``; it never sees a Tensor, so a recorded graph keeps no
 Python reference alive.
 """
+import contextlib
+import itertools
 import os
+import threading
 import time
 from collections import defaultdict
 
 import numpy as np
 
+from nnmem.interrupts import deferred_interrupts
 from nnmem.memory.arena import SharedArena
 from nnmem.memory.block import Block
 from nnmem.memory.pool import Pool
 from nnmem.memory.units import format_bytes, parse_bytes
 
 DEFAULT_POOL_BYTES = "2GiB"
+_numbers = itertools.count()  # every device of the process gets its own number (repr, reports)
 
 
 class DeviceUnavailable(RuntimeError):
@@ -35,8 +40,9 @@ class Device:
                  kernel ever runs, and host writes only allocate. A step recorded on it is
                  planned exactly as on a real device, on shapes alone (see nnmem.planning).
     recycle   -- free a block as soon as nothing refers to it (default). Off: keep every block
-                 of a training step until the step ends (SuperNeurons' network-wide allocation,
-                 the baseline every memory technique is measured against).
+                 of a training step until the step ends, failed or not (SuperNeurons'
+                 network-wide allocation, the baseline every memory technique is measured
+                 against); outside a step, blocks are freed at once.
     recorder  -- while a Model records its step, exec calls are appended to it, not run.
     timeline  -- when a list, every exec appends (name, allocated bytes, live blocks).
     """
@@ -51,11 +57,18 @@ class Device:
         self.pool = Pool(parse_bytes(pool_bytes), strategy=strategy, virtual=virtual)
         self.graph_arena = SharedArena(self.pool)  # where compiled steps plan intermediates
         self.name = name
+        self.number = next(_numbers)
         self.dev_id = dev_id
         self.rng = np.random.default_rng()
         self.dry_run = False
         self.recycle = True
         self._deferred = []  # blocks whose frees wait for the end of the step (recycle off)
+        # One step at a time: a step (and every exec) holds this lock, so two threads that
+        # share the device take turns instead of interleaving in its pool, graph arena,
+        # recorder and dry-run switch. Reentrant: a step's own execs take it again.
+        self.lock = threading.RLock()
+        self._steps_running = 0
+        self.committed = False  # has the running step begun to update its parameters?
         self.recorder = None
         self.timeline = None
         self.verbosity, self.skip_iterations, self.iteration = 0, 0, 0
@@ -68,19 +81,44 @@ class Device:
         return Block(self, nbytes, desc)
 
     def on_unreferenced(self, block):
-        """The last reference to `block` is gone: free it now, or at the step's end."""
-        if self.recycle:
+        """The last reference to `block` is gone: free it now, or (recycling off, inside a
+        step) when the step ends."""
+        if self.recycle or not self._steps_running:
             block.release()
         else:
             self._deferred.append(block)
 
-    def end_step(self):
-        """A training step ended: release deferred blocks, count the iteration."""
+    @contextlib.contextmanager
+    def step(self):
+        """One model step: holds the device's lock and, however the step ends, releases the
+        blocks deferred by recycling off; a step that returns counts as an iteration."""
+        with self.lock:
+            if not self._steps_running:
+                self.committed = False
+            self._steps_running += 1
+            try:
+                yield
+            finally:
+                self._steps_running -= 1
+                if not self._steps_running:
+                    self._release_deferred()
+            self.iteration += 1
+
+    @contextlib.contextmanager
+    def commit_phase(self):
+        """The step's commit: its parameter updates. From here on the step counts as done
+        (a failure no longer rolls its buffers back), and a Ctrl-C waits for the phase's end.
+        While a step is recorded nothing runs, so nothing is committed."""
+        if self.recorder is None and not self.dry_run:
+            self.committed = True
+        with deferred_interrupts():
+            yield
+
+    def _release_deferred(self):
         deferred, self._deferred = self._deferred, []
         for block in deferred:
             if block.ref_count == 0:
                 block.release()
-        self.iteration += 1
 
     def memory_stats(self):
         """The pool's statistics (names as in torch.cuda.memory_stats)."""
@@ -109,17 +147,18 @@ class Device:
         `phase` ("forward", "backward", "update") and `recompute` (see Operator.run) are kept
         in the recording for the recomputation pass.
         """
-        if self.dry_run:
-            return
-        if self.recorder is not None:
-            self.recorder.record(fn, reads, writes, name, inplace, phase, recompute)
-            return
-        for t in reads:
-            t.block.check_written()
-        for t in writes:
-            t.block.ensure_allocated()
-        if not self.virtual:
-            self.run_kernel(name, fn, [t.raw for t in writes] + [t.raw for t in reads])
+        with self.lock:
+            if self.dry_run:
+                return
+            if self.recorder is not None:
+                self.recorder.record(fn, reads, writes, name, inplace, phase, recompute)
+                return
+            for t in reads:
+                t.block.check_written()
+            for t in writes:
+                t.block.ensure_allocated()
+            if not self.virtual:
+                self.run_kernel(name, fn, [t.raw for t in writes] + [t.raw for t in reads])
 
     def run_kernel(self, name, fn, arrays):
         """Call the kernel function, timing it when profiling is on (eager and replay alike)."""
@@ -177,7 +216,7 @@ class Device:
         return self.dev_id
 
     def __repr__(self):
-        return f"<Device {self.name} pool={format_bytes(self.pool.capacity)}>"
+        return f"<Device {self.name}:{self.number} pool={format_bytes(self.pool.capacity)}>"
 
 
 _default_device = None

@@ -15,24 +15,16 @@ eval(), records a graph of its own. Python code in ``train_one_batch`` that does
 through operators (printing, branching on data) runs only at the recording, where values
 do not exist yet: reading one there raises RecordingReadError.
 """
-import io
-import json
-import zipfile
 from collections.abc import Hashable
 
-import numpy as np
-
-from nnmem import autograd
+from nnmem import autograd, checkpoint
+from nnmem.checkpoint import CheckpointError  # noqa: F401 (re-exported)
 from nnmem.graph.executor import CompiledStep
 from nnmem.graph.recompute import STRATEGIES
 from nnmem.graph.recorder import Recorder
 from nnmem.layer import Layer
 from nnmem.memory.errors import OutOfMemory
-from nnmem.tensor import Tensor, from_numpy, to_numpy
-
-
-class CheckpointError(ValueError):
-    """A file given to load_states is not a usable checkpoint for this model."""
+from nnmem.tensor import Tensor
 
 
 class _NoOptimizer:
@@ -42,10 +34,10 @@ class _NoOptimizer:
 
 
 class Model(Layer):
-    TENSOR_DICT_FILENAME = "tensor_dict.npz"
-    STATES_ATTR_FILENAME = "states_attr.json"
-    MODEL_STATE_TYPE = 0
-    AUX_STATE_TYPE = 1
+    TENSOR_DICT_FILENAME = checkpoint.TENSOR_DICT_FILENAME  # SINGA's names, kept on Model
+    STATES_ATTR_FILENAME = checkpoint.STATES_ATTR_FILENAME
+    MODEL_STATE_TYPE = checkpoint.MODEL_STATE_TYPE
+    AUX_STATE_TYPE = checkpoint.AUX_STATE_TYPE
 
     def __init__(self):
         super().__init__()
@@ -56,6 +48,7 @@ class Model(Layer):
         self.initialized = False
         self.optimizer = _NoOptimizer()
         self._graphs = {}  # (training, input shapes and dtypes) -> CompiledStep
+        self._buffers = None  # non-parameter states, restored after a failed step
 
     def set_optimizer(self, optimizer):
         self.optimizer = optimizer
@@ -76,14 +69,15 @@ class Model(Layer):
                              "use_graph=True to use recompute=" + repr(recompute))
         self.recompute = recompute
         dev = inputs[0].device
-        dev.dry_run = True
-        previous = autograd.training
-        autograd.training = is_train
-        try:
-            self.forward(*inputs)
-        finally:
-            dev.dry_run = False
-            autograd.training = previous
+        with dev.lock:  # the dry run switch is the device's: no other thread's op may see it
+            dev.dry_run = True
+            previous = autograd.training
+            autograd.training = is_train
+            try:
+                self.forward(*inputs)
+            finally:
+                dev.dry_run = False
+                autograd.training = previous
         self.graph(use_graph, sequential)
         self.train(is_train)
         self.get_states()  # names every parameter and state (conv1.W, ...) for optimizers
@@ -119,21 +113,42 @@ class Model(Layer):
         raise NotImplementedError("a Model subclass must define train_one_batch(self, x, y)")
 
     def __call__(self, *inputs, **kwargs):
+        """One step: train_one_batch in training mode, forward in inference mode.
+
+        All or nothing: if the step fails (out of memory, Ctrl-C, a bad label), parameters,
+        optimizer state and the buffers the step updates (BatchNorm's running statistics) are
+        as they were before it; what it allocated goes back to the pool. One step at a time
+        runs on a device: a second thread's step waits for the first to end."""
         if self.training:
             # Refuse before running anything, so that BatchNorm statistics stay untouched.
             if isinstance(self.optimizer, _NoOptimizer) and \
                     "optimizer" in type(self).train_one_batch.__code__.co_names:
                 self.optimizer(None)
-        autograd.training = self.training
+        dev = _device_of(type(self).__name__, inputs)
         step = self.train_one_batch if self.training else self.forward
-        dev = inputs[0].device if inputs and isinstance(inputs[0], Tensor) else None
-        if not self.graph_mode or dev is None or dev.recorder is not None:
-            result = step(*inputs, **kwargs)  # eager (or inside another model's recording)
-        else:
-            result = self._run_graph(dev, step, inputs, kwargs)
-        if dev is not None:
-            dev.end_step()
-        return result
+        with dev.step():
+            autograd.training = self.training
+            buffers = self._buffers_before_step() if self.training else ()
+            try:
+                if not self.graph_mode or dev.recorder is not None:
+                    return step(*inputs, **kwargs)  # eager (or inside another model's recording)
+                return self._run_graph(dev, step, inputs, kwargs)
+            except BaseException:
+                if not dev.committed:  # failed before its updates: undo what forward changed
+                    for t, before in buffers:
+                        t.raw[...] = before
+                raise
+
+    def _buffers_before_step(self):
+        """(tensor, copy of its value) for each state a training step changes besides the
+        parameters and the optimizer (BatchNorm's running statistics): a failed step puts
+        them back. Host copies of a few numbers per channel; nothing on a planning device,
+        where they have no value, or before they are written (compile creates them)."""
+        if self._buffers is None or not self.initialized:  # layers may still be created
+            params = set(map(id, self.get_params().values()))
+            self._buffers = [t for t in self.get_states().values() if id(t) not in params]
+        return [(t, t.raw.copy()) for t in self._buffers
+                if t.block.allocated and not t.device.virtual]
 
     def _graph_key(self, inputs, kwargs=None):
         def key(value):
@@ -171,67 +186,31 @@ class Model(Layer):
     # -- checkpoints in SINGA's format --------------------------------------------------------
     def save_states(self, fpath, aux_states=None):
         """Write a zip holding tensor_dict.npz (every state as an array) and states_attr.json
-        (each state's type, shape and dtype). Overwrites `fpath`."""
-        aux_states = aux_states or {}
-        tensors, attrs = {}, {}
-        for kind, states in ((self.MODEL_STATE_TYPE, self.get_states()),
-                             (self.AUX_STATE_TYPE, aux_states)):
-            for name, t in states.items():
-                if not isinstance(t, Tensor):
-                    raise TypeError(f"save_states: {name} is a {type(t).__name__}, not a Tensor")
-                tensors[name] = to_numpy(t)
-                attrs[name] = {"state_type": kind, "shape": list(t.shape), "dtype": str(t.dtype)}
-        buffer = io.BytesIO()
-        np.savez(buffer, **tensors)
-        with zipfile.ZipFile(fpath, mode="w", compression=zipfile.ZIP_DEFLATED) as zf:
-            zf.writestr(self.TENSOR_DICT_FILENAME, buffer.getvalue())
-            zf.writestr(self.STATES_ATTR_FILENAME, json.dumps(attrs))
+        (each state's type, shape and dtype). Overwrites `fpath` atomically: a failed or
+        interrupted save leaves the previous file as it was (see nnmem.checkpoint)."""
+        checkpoint.save(fpath, self.get_states(), aux_states or {})
 
     def load_states(self, fpath):
         """Read a checkpoint written by save_states (no pickle is ever loaded); set the model's
-        states and return the auxiliary states as {name: Tensor}. Everything is checked before
-        anything is written, so a bad file leaves the model as it was."""
+        states and return the auxiliary states as {name: Tensor}. Everything is checked, and
+        the auxiliary tensors allocated, before anything is written, so a bad file leaves the
+        model as it was; what a file may make it read is bounded by what the model expects
+        (see nnmem.checkpoint)."""
         mine = self.get_states()
         if not mine:
             raise CheckpointError("load_states: the model has no parameters yet; call "
                                   "model.compile([tx], ...) first so that its layers create them")
-        arrays, attrs = _read_checkpoint(fpath, self.TENSOR_DICT_FILENAME,
-                                         self.STATES_ATTR_FILENAME)
-        model_keys = {k for k, a in attrs.items() if a.get("state_type") == self.MODEL_STATE_TYPE}
-        missing, unknown = sorted(set(mine) - model_keys), sorted(model_keys - set(mine))
-        if missing or unknown:
-            raise CheckpointError(f"{fpath}: the checkpoint does not match this model (missing "
-                                  f"{missing}, unexpected {unknown}); was it saved from another "
-                                  "model class or configuration?")
-        wrong = [f"{name} is {arrays[name].shape} {arrays[name].dtype} in the file but "
-                 f"{mine[name].shape} {mine[name].dtype} in the model" for name in sorted(model_keys)
-                 if (arrays[name].shape, arrays[name].dtype) != (mine[name].shape, mine[name].dtype)]
-        if wrong:
-            raise CheckpointError(f"{fpath}: " + "; ".join(wrong))
-        for name in model_keys:
-            mine[name].copy_from_numpy(arrays[name])
-        dev = next(iter(mine.values())).device
-        return {k: from_numpy(arrays[k], dev) for k in attrs if k not in model_keys}
+        return checkpoint.load(fpath, mine)
 
 
-def _read_checkpoint(fpath, tensor_file, attr_file):
-    """The arrays and attributes of a checkpoint, or CheckpointError naming what is wrong."""
-    hint = "give a file written by Model.save_states"
-    try:
-        with zipfile.ZipFile(fpath) as zf:
-            names = set(zf.namelist())
-            if not {tensor_file, attr_file} <= names:
-                raise CheckpointError(f"{fpath}: a zip without {tensor_file} and {attr_file}; "
-                                      f"{hint}")
-            attrs = json.loads(zf.read(attr_file))
-            with np.load(io.BytesIO(zf.read(tensor_file)), allow_pickle=False) as npz:
-                arrays = {k: npz[k] for k in npz.files}
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError) as e:
-        if isinstance(e, CheckpointError):
-            raise
-        raise CheckpointError(f"{fpath}: not a readable checkpoint ({type(e).__name__}: {e}); "
-                              f"{hint}") from e
-    if not isinstance(attrs, dict) or set(attrs) != set(arrays):
-        raise CheckpointError(f"{fpath}: {attr_file} and {tensor_file} list different tensors; "
-                              f"the file is corrupt or foreign; {hint}")
-    return arrays, attrs
+def _device_of(model_name, inputs):
+    """The device of a step's first input tensor (a list of tensors counts, as in SINGA's
+    RNN examples); a TypeError that says what to pass when there is none."""
+    for value in inputs[:1]:
+        first = value[0] if isinstance(value, (list, tuple)) and value else value
+        if isinstance(first, Tensor):
+            return first.device
+    given = type(inputs[0]).__name__ if inputs else "nothing"
+    raise TypeError(f"{model_name}(...): the first input is {given}, not a Tensor; copy the "
+                    "data into a tensor first: tx = tensor.from_numpy(x, dev), or "
+                    "tx.copy_from_numpy(x) into a PlaceHolder")

@@ -1,6 +1,14 @@
-"""Optimizers with SINGA's update rules. ``optimizer(loss)`` runs backward and applies each
-parameter's update as soon as its gradient is final, then drops that gradient: gradients do not
-pile up until the end of backward.
+"""Optimizers with SINGA's update rules. ``optimizer(loss)`` runs a step in two phases:
+
+1. compute: backward yields every parameter's gradient; the optimizer state that the updates
+   need (momentum buffers, Adam moments, the step counter) is allocated;
+2. commit: every parameter is updated in place, with Ctrl-C held back until all are.
+
+Anything that fails in phase 1 (out of memory, an interrupt, a bad label) leaves parameters
+and optimizer state exactly as they were; phase 2 allocates nothing, so it cannot run out of
+memory half-way. The price is memory: every gradient stays alive until backward has ended
+(at most one more copy of the parameters at the end of backward), where applying each update
+as soon as its gradient is final could drop it at once.
 
 State (momentum buffers, Adam moments) is keyed by the parameter tensor itself, not by its
 name, so two layers that happen to share a name cannot share a buffer. The step count is a
@@ -11,20 +19,44 @@ import numpy as np
 
 from nnmem import autograd
 from nnmem.kernels import cpu as K
-from nnmem.tensor import Tensor, zeros_like
+from nnmem.tensor import Tensor
 
 
 class Optimizer:
     def __init__(self, lr):
         self.lr = float(lr)
         self._steps = None  # a 1-element int32 tensor on the parameters' device
+        self.moments = {}   # parameter tensor -> its state (see state_of)
 
     def __call__(self, loss):
-        """Backward from `loss`, update every parameter, advance the step counter."""
-        self._step_tensor(loss.device)
-        for param, grad in autograd.backward(loss):
-            self.apply(param.name, param, grad)
-        self.step()
+        """Backward from `loss`, then update every parameter and advance the step counter;
+        all of it or (when backward or an allocation fails) none of it."""
+        gradients = list(autograd.backward(loss))
+        self._allocate_state([param for param, _ in gradients], loss.device)
+        with loss.device.commit_phase():
+            for param, grad in gradients:
+                self.apply(param.name, param, grad)
+            self.step()
+
+    def _allocate_state(self, params, device):
+        """Create the step counter and every parameter's state before any update runs; if an
+        allocation fails, forget the state made here, so the optimizer is as it was."""
+        created_steps = self._steps is None
+        known = set(self.moments)
+        try:
+            self._step_tensor(device)
+            for param in params:
+                self.state_of(param)
+        except BaseException:
+            if created_steps:
+                self._steps = None
+            for param in set(self.moments) - known:
+                del self.moments[param]
+            raise
+
+    def state_of(self, param):
+        """The optimizer's state for `param` (made, zeroed, on first use); None if it has none."""
+        return None
 
     backward_and_update = __call__
 
@@ -45,8 +77,16 @@ class Optimizer:
 
     def _step_tensor(self, device):
         if self._steps is None:  # a host write: persistent state, never part of a recorded step
-            self._steps = Tensor((1,), device, np.int32, requires_grad=False).set_value(0)
+            self._steps = Tensor((1,), device, np.int32, requires_grad=False,
+                                 name=f"{type(self).__name__} step counter").set_value(0)
         return self._steps
+
+
+def _state_like(param, what):
+    """A zeroed state tensor shaped like `param`, named for memory reports ("SGD momentum
+    of conv1.W" rather than an anonymous tensor)."""
+    return Tensor(param.shape, param.device, param.dtype, requires_grad=False,
+                  name=f"{what} of {param.name}").set_value(0)
 
 
 def _flat(*arrays):
@@ -63,13 +103,15 @@ class SGD(Optimizer):
             raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening = 0")
         self.momentum, self.dampening = float(momentum), float(dampening)
         self.weight_decay, self.nesterov = float(weight_decay), bool(nesterov)
-        self.moments = {}
+
+    def state_of(self, param):
+        if param not in self.moments:
+            self.moments[param] = _state_like(param, "SGD momentum")
+        return self.moments[param]
 
     def apply(self, param_name, param_value, param_grad):
         p, g = param_value, param_grad
-        if p not in self.moments:
-            self.moments[p] = zeros_like(p)
-        buf = self.moments[p]
+        buf = self.state_of(p)
 
         def update(p_, buf_, _p, g_, _buf):  # hyperparameters read when it runs (replays too)
             K.sgd_update(*_flat(p_, g_, buf_), self.lr, self.momentum, self.dampening,
@@ -85,13 +127,15 @@ class Adam(Optimizer):
         super().__init__(lr)
         self.beta_1, self.beta_2 = float(beta_1), float(beta_2)
         self.epsilon, self.weight_decay = float(epsilon), float(weight_decay)
-        self.moments = {}
+
+    def state_of(self, param):
+        if param not in self.moments:
+            self.moments[param] = (_state_like(param, "Adam m"), _state_like(param, "Adam v"))
+        return self.moments[param]
 
     def apply(self, param_name, param_value, param_grad):
         p, g = param_value, param_grad
-        if p not in self.moments:
-            self.moments[p] = (zeros_like(p), zeros_like(p))
-        m, v = self.moments[p]
+        m, v = self.state_of(p)
         steps = self._step_tensor(p.device)
 
         def update(p_, m_, v_, _p, g_, _m, _v, steps_):  # hyperparameters read when it runs

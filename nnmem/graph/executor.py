@@ -3,7 +3,8 @@
 Compiling (once, right after the recording, before anything has run):
 1. classify every block (input / parameter / intermediate / end, see liveness.py), and, when
    recomputation is on, drop cheap forward results and insert their rebuilding (recompute.py);
-2. choose the replay order (serial or BFS, see schedule.py);
+2. choose the replay order (serial or BFS, see schedule.py), the commit phase (optimizer
+   updates) last;
 3. give the intermediate blocks storages with live ranges in that order, merging in-place
    pairs, and plan an offset for each storage (memory/planner.py);
 4. place the plan in the device's graph arena (ONE pool block, shared by all the compiled
@@ -11,12 +12,14 @@ Compiling (once, right after the recording, before anything has run):
    planned offset inside it;
 5. build every node's argument arrays once.
 Replaying then calls the kernel functions with their ready arrays, in order: no Python
-operator code, no allocator call, no array construction.
+operator code, no allocator call, no array construction. A Ctrl-C during the commit phase
+waits for its end, so a replay is either wholly applied or leaves the parameters untouched.
 """
 from nnmem.graph.liveness import END, INTERMEDIATE, block_kinds, storages
 from nnmem.graph.recompute import recompute as recompute_pass
 from nnmem.graph.schedule import dependencies, replay_order
 from nnmem.memory.planner import plan
+from nnmem.memory.units import aligned_size
 from nnmem.memory.timeline import Timeline
 
 
@@ -46,15 +49,14 @@ class CompiledStep:
         All or nothing: if the new plan does not fit the pool, the step keeps its old plan."""
         arena = self.device.graph_arena
         pool = self.device.pool
-        align = pool.alignment
 
         def round_up(n):
-            return -(-max(n, 1) // align) * align
+            return aligned_size(n, pool.alignment)
         strategy = self.recompute if recompute is None else recompute
         nodes, recomputations = recompute_pass(self.recorded, self.recorded_kinds, strategy,
                                                round_up)
         kinds, _ = block_kinds(nodes)
-        order = replay_order(nodes, sequential)
+        order, commit_start = replay_order(nodes, sequential)
         new_storages = storages(nodes, order, kinds, round_up=round_up,
                                 recycle=self.device.recycle)
         new_plan = plan(sizes=[s.nbytes for s in new_storages],
@@ -65,6 +67,7 @@ class CompiledStep:
         in_arena = 1 if arena.offset is not None else 0
         self.sequential, self.recompute, self.recomputations = sequential, strategy, recomputations
         self.nodes, self.kinds, self.order = nodes, kinds, order
+        self.commit_start = commit_start
         self.storages, self.plan = new_storages, new_plan
         self.persistent_bytes = stats["allocated_bytes.current"] - arena.size
         try:
@@ -81,7 +84,7 @@ class CompiledStep:
 
     # What compile() replaces, and puts back if the new plan does not fit.
     _PLAN_STATE = ("sequential", "recompute", "recomputations", "nodes", "kinds", "order",
-                   "storages", "plan", "persistent_bytes")
+                   "commit_start", "storages", "plan", "persistent_bytes")
 
     def place(self, base):
         """Point the intermediate blocks at their planned offsets from `base` (the arena's
@@ -103,14 +106,19 @@ class CompiledStep:
             if given is not recorded and hasattr(given, "block"):
                 given.block.check_written()
                 recorded.raw[...] = given.raw  # data enters through the recorded placeholders
+        self._run(self.calls[:self.commit_start])
+        with self.device.commit_phase():
+            self._run(self.calls[self.commit_start:])
+        return self.result
+
+    def _run(self, calls):
         dev = self.device
         if dev.verbosity or dev.timeline is not None:
-            for name, fn, arrays in self.calls:
+            for name, fn, arrays in calls:
                 dev.run_kernel(name, fn, arrays)
         else:
-            for _, fn, arrays in self.calls:
+            for _, fn, arrays in calls:
                 fn(*arrays)
-        return self.result
 
     # -- what a learner looks at -----------------------------------------------------------
     def memory_summary(self):

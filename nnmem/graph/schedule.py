@@ -9,6 +9,10 @@ with no predecessor, and run a node once all its predecessors have run, first co
 served. The route of SuperNeurons' Algorithm 1 is the same counting with a stack instead of a
 queue: depth first, except that a join waits until all its inputs are done. All are valid
 topological orders, so all compute the same numbers.
+
+Either order is then split in two phases (``replay_order``): compute (forward, loss, backward)
+first, and the commit phase (the optimizer's updates, and whatever the step does after them)
+last, so that a step that fails while computing has changed no parameter.
 """
 from collections import deque
 
@@ -80,4 +84,18 @@ def _kahn(nodes, predecessors, depth_first):
 
 
 def replay_order(nodes, sequential):
-    return serial_order(nodes) if sequential else bfs_order(nodes)
+    """(order, commit_start): the replay order, serial or BFS, with the commit phase moved
+    after everything else; order[commit_start:] is that phase.
+
+    The commit phase is every "update" node and every node that depends on one. Nothing
+    outside it depends on a node in it, so moving it last keeps a topological order (and the
+    numbers). Its cost: a gradient now lives until the end of backward even where BFS would
+    have consumed it earlier."""
+    predecessors = dependencies(nodes)
+    order = serial_order(nodes) if sequential else bfs_order(nodes, predecessors)
+    commit = set()
+    for i in order:  # predecessors come first in a topological order
+        if nodes[i].phase == "update" or not predecessors[i].isdisjoint(commit):
+            commit.add(i)
+    compute = [i for i in order if i not in commit]
+    return compute + [i for i in order if i in commit], len(compute)

@@ -11,7 +11,8 @@ The placement is greedy (as in TensorFlow Lite's arena planner): take the storag
 order, and put each at the smallest gap between already placed storages whose live ranges
 overlap its own (best fit), or above them all. Several orders are tried and the smallest arena
 kept: largest first ("greedy by size"), longest-lived first, by start position then size
-("greedy by breadth"), and, for graphs small enough to afford it, a few seeded shuffles of
+("greedy by breadth"), largest bytes x steps first (the storages that block the most of
+the memory-time plane placed while it is still empty), and, for graphs small enough to afford it, a few seeded shuffles of
 the largest-first order within power-of-two size classes (sizes of one class can be swapped
 almost freely, and which of them goes first decides which gaps are left).
 
@@ -65,6 +66,7 @@ def plan(sizes, ranges, seed=0, alignment=256):
         sorted(n, key=lambda i: (-sizes[i], ranges[i][0], i)),                       # by size
         sorted(n, key=lambda i: (ranges[i][0] - ranges[i][1], -sizes[i], i)),        # longest
         sorted(n, key=lambda i: (ranges[i][0], -sizes[i], i)),                       # breadth
+        sorted(n, key=lambda i: (-sizes[i] * (ranges[i][1] - ranges[i][0] + 1), i)),  # area
     ]
     rng = random.Random(seed)
     restarts = min(MAX_RESTARTS, RESTART_BUDGET // max(len(sizes) ** 2, 1))

@@ -15,17 +15,22 @@ The memory contract
   two free segments are never adjacent (``free`` coalesces them at once).
 * The pool keeps only a weak reference to a block's owner where it can, so
   the pool never keeps a tensor alive; the owner frees its block.
+* Safe under threads: every public method holds the pool's lock, so two threads that
+  allocate and free at once never see (or leave) a half-updated free list.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import operator
+import threading
 import weakref
 
 import numpy as np
 
 from .errors import OutOfMemory
+from .units import aligned_size
 
 __all__ = ["ALIGNMENT", "STRATEGIES", "Pool"]
 
@@ -33,8 +38,13 @@ ALIGNMENT = 256  # bytes; like cudaMalloc's guarantee. Every block offset and si
 STRATEGIES = ("best_fit", "first_fit")
 
 
-def _round_up(n: int, alignment: int) -> int:
-    return -(-n // alignment) * alignment
+def _locked(method):
+    """Run `method` holding the pool's lock (reentrant: locked methods call each other)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
 
 
 class Pool:
@@ -66,6 +76,7 @@ class Pool:
             )
         if strategy not in STRATEGIES:
             raise ValueError(f"Unknown pool strategy {strategy!r}; use one of {', '.join(map(repr, STRATEGIES))}.")
+        self._lock = threading.RLock()
         self.alignment = alignment
         self.capacity = capacity - capacity % alignment
         self.strategy = strategy
@@ -126,6 +137,7 @@ class Pool:
 
     # -- allocation -----------------------------------------------------------
 
+    @_locked
     def alloc(self, nbytes: int, owner: object = None) -> int:
         """Reserve ``round_up(max(nbytes, 1), alignment)`` bytes; return the block's offset.
 
@@ -139,7 +151,7 @@ class Pool:
         nbytes = operator.index(nbytes)
         if nbytes < 0:
             raise ValueError(f"Pool.alloc: cannot allocate a negative number of bytes ({nbytes}).")
-        size = _round_up(max(nbytes, 1), self.alignment)
+        size = aligned_size(nbytes, self.alignment)
         offset = self._find_free(size)
         if offset is None:
             raise OutOfMemory(
@@ -169,6 +181,7 @@ class Pool:
         self._num_allocs += 1
         return offset
 
+    @_locked
     def free(self, offset: int) -> None:
         """Return the block at ``offset`` to the pool, merging it with free neighbours.
 
@@ -212,6 +225,7 @@ class Pool:
 
     # -- access ---------------------------------------------------------------
 
+    @_locked
     def size_of(self, offset: int) -> int:
         """The (rounded) size in bytes of the live block at ``offset``."""
         entry = self._live.get(offset)
@@ -219,6 +233,7 @@ class Pool:
             raise ValueError(self._bad_offset("size_of", offset))
         return entry[0]
 
+    @_locked
     def view(self, offset: int, nbytes: int, within: int | None = None) -> np.ndarray:
         """A uint8 view (no copy) of the first ``nbytes`` bytes of the live block at ``offset``.
 
@@ -243,6 +258,7 @@ class Pool:
     def _largest_free(self) -> int:
         return self._free_by_size[-1][0] if self._free_by_size else 0
 
+    @_locked
     def stats(self) -> dict:
         """Counters named like ``torch.cuda.memory_stats()``.
 
@@ -268,12 +284,14 @@ class Pool:
             "free_segments": len(self._free_offsets),
         }
 
+    @_locked
     def reset_peak(self) -> None:
         """Start a new peak measurement: allocated_bytes.peak = allocated_bytes.current, and the
         high-water mark = the end of the highest live block."""
         self._peak = self._allocated
         self._high_water = max((off + entry[0] for off, entry in self._live.items()), default=0)
 
+    @_locked
     def segments(self) -> list[tuple[int, int, bool]]:
         """The arena's layout as (offset, size, is_free), sorted by offset, covering [0, capacity)."""
         out = [(off, entry[0], False) for off, entry in self._live.items()]
@@ -281,6 +299,7 @@ class Pool:
         out.sort()
         return out
 
+    @_locked
     def live_blocks(self) -> list[tuple[int, int, object]]:
         """Live blocks as (offset, size, owner), largest first (ties: lowest offset).
 

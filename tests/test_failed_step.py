@@ -1,0 +1,400 @@
+"""A failed step changes nothing: parameters, optimizer state and BatchNorm's running statistics
+are bit-identical to before it, and its memory goes back to the pool. And a device shared by
+two threads gives each the numbers it would get alone."""
+import gc
+import signal
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from nnmem import autograd, device, layer, model, opt, tensor
+from nnmem.memory import OutOfMemory, Pool
+
+from training import batches
+
+
+class BNNet(model.Model):
+    """Conv, BatchNorm (running statistics), ReLU, pooling, two dense layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = layer.Conv2d(1, 4, 3, padding=1)
+        self.bn = layer.BatchNorm2d()
+        self.relu = layer.ReLU()
+        self.pool = layer.MaxPool2d(2, 2)
+        self.flat = layer.Flatten()
+        self.fc1 = layer.Linear(16)
+        self.fc2 = layer.Linear(10)
+        self.loss = layer.SoftMaxCrossEntropy()
+
+    def forward(self, x):
+        return self.fc2(self.relu(self.fc1(self.flat(self.pool(self.relu(self.bn(self.conv(x))))))))
+
+    def train_one_batch(self, x, y):
+        out = self.forward(x)
+        loss = self.loss(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+
+DATA = batches((4, 1, 8, 8), 3, seed=1)
+
+
+def setup(use_graph, optimizer=None, pool="64MiB", seed=0):
+    dev = device.create_cpu_device(pool)
+    dev.SetRandSeed(seed)
+    m = BNNet()
+    m.set_optimizer(optimizer or opt.SGD(lr=0.1, momentum=0.9, weight_decay=1e-3))
+    tx = tensor.PlaceHolder(DATA[0][0].shape, dev)
+    ty = tensor.PlaceHolder(DATA[0][1].shape, dev, tensor.int32)
+    m.compile([tx], is_train=True, use_graph=use_graph)
+    tx.copy_from_numpy(DATA[0][0])  # inputs allocated: what a step allocates is all its own
+    ty.copy_from_numpy(DATA[0][1])
+    return dev, m, tx, ty
+
+
+def step(m, tx, ty, batch):
+    tx.copy_from_numpy(batch[0])
+    ty.copy_from_numpy(batch[1])
+    return m(tx, ty)
+
+
+def snapshot(m):
+    """Everything a step may change: states (parameters, running statistics), the optimizer's
+    state per parameter name, its step counter, and which parameters have state."""
+    o = m.optimizer
+    states = {k: tensor.to_numpy(v) for k, v in m.get_states().items()}
+    moments = {}
+    for p, state in o.moments.items():
+        for i, t in enumerate(state if isinstance(state, tuple) else (state,)):
+            moments[f"{p.name}[{i}]"] = tensor.to_numpy(t)
+    return states, moments, o.step_counter
+
+
+def assert_same(a, b):
+    assert a[2] == b[2], "step counter changed"
+    for x, y in ((a[0], b[0]), (a[1], b[1])):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+def fail_and_forget(call, expected):
+    """Run call(), which must raise `expected`; drop the exception and its frames."""
+    try:
+        call()
+    except expected:
+        pass
+    else:
+        raise AssertionError(f"{expected.__name__} was not raised")
+    gc.collect()
+
+
+def count_execs(dev, m, tx, ty, batch):
+    """How many device.exec calls a step makes outside the optimizer's update phase."""
+    calls = []
+    original = dev.exec
+
+    def counting(fn, reads, writes, name="", phase="forward", **kwargs):
+        if phase != "update":
+            calls.append(name)
+        return original(fn, reads, writes, name=name, phase=phase, **kwargs)
+    dev.exec = counting
+    try:
+        step(m, tx, ty, batch)
+    finally:
+        dev.exec = original
+    return len(calls)
+
+
+@pytest.mark.parametrize("optimizer", [lambda: opt.SGD(lr=0.1, momentum=0.9), lambda: opt.Adam()],
+                         ids=["sgd", "adam"])
+def test_eager_interrupt_at_any_kernel_before_the_update_changes_nothing(optimizer):
+    for first_step in (True, False):
+        dev, m, tx, ty = setup(False, optimizer())
+        if not first_step:
+            step(m, tx, ty, DATA[0])  # the optimizer's state exists already
+        probe = setup(False, optimizer())
+        if not first_step:
+            step(*probe[1:], DATA[0])
+        n = count_execs(*probe, DATA[1])
+        assert n > 20
+        for k in range(n):
+            before, allocated = snapshot(m), dev.memory_stats()["allocated_bytes.current"]
+            calls, original = [], dev.exec
+
+            def interrupting(fn, reads, writes, phase="forward", **kwargs):
+                if phase != "update":
+                    calls.append(1)
+                    if len(calls) == k + 1:
+                        raise KeyboardInterrupt
+                return original(fn, reads, writes, phase=phase, **kwargs)
+            dev.exec = interrupting
+            fail_and_forget(lambda: step(m, tx, ty, DATA[1]), KeyboardInterrupt)
+            dev.exec = original
+            assert_same(snapshot(m), before)
+            assert dev.memory_stats()["allocated_bytes.current"] == allocated, f"kernel {k}"
+
+
+@pytest.mark.parametrize("recycle", [True, False])
+def test_eager_out_of_memory_at_any_allocation_changes_nothing_and_frees_the_step(recycle):
+    dev, m, tx, ty = setup(False)
+    dev.recycle = recycle
+    reference = setup(False)
+    step(*reference[1:], DATA[0])
+    probe = setup(False)
+    before_allocs = probe[0].memory_stats()["num_allocs"]
+    step(*probe[1:], DATA[0])
+    allocations = probe[0].memory_stats()["num_allocs"] - before_allocs
+    assert allocations > 20  # the first step: activations, gradients and momentum buffers
+    for k in range(allocations):
+        before, allocated = snapshot(m), dev.memory_stats()["allocated_bytes.current"]
+        calls, original = [], dev.pool.alloc
+
+        def failing(nbytes, owner=None):
+            calls.append(1)
+            if len(calls) == k + 1:
+                raise OutOfMemory(nbytes, 0, 0, dev.pool.capacity, nbytes=nbytes, requester=owner)
+            return original(nbytes, owner)
+        dev.pool.alloc = failing
+        fail_and_forget(lambda: step(m, tx, ty, DATA[0]), OutOfMemory)
+        dev.pool.alloc = original
+        assert_same(snapshot(m), before)
+        assert dev.memory_stats()["allocated_bytes.current"] == allocated, f"allocation {k}"
+    step(m, tx, ty, DATA[0])  # and the model still trains to the reference's numbers
+    assert_same(snapshot(m), snapshot(reference[1]))
+
+
+def test_a_bad_label_changes_no_running_statistic_eager_and_graph():
+    for use_graph in (False, True):
+        dev, m, tx, ty = setup(use_graph)
+        step(m, tx, ty, DATA[0])
+        before = snapshot(m)
+        bad = (DATA[1][0], np.full_like(DATA[1][1], 10))  # 10 classes: labels 0..9
+        fail_and_forget(lambda: step(m, tx, ty, bad), ValueError)
+        assert_same(snapshot(m), before)
+
+
+def test_graph_interrupt_at_any_node_before_the_commit_changes_nothing():
+    dev, m, tx, ty = setup(True)
+    step(m, tx, ty, DATA[0])
+    compiled = m.compiled_step(tx, ty)
+    assert 0 < compiled.commit_start < len(compiled.calls)
+    names = [name for name, _, _ in compiled.calls]
+    assert all("update" in n or "step count" in n for n in names[compiled.commit_start:])
+    assert not any("update" in n for n in names[:compiled.commit_start])
+    for k in range(compiled.commit_start):
+        before = snapshot(m)
+        name, fn, arrays = compiled.calls[k]
+
+        def interrupt(*_):
+            raise KeyboardInterrupt
+        compiled.calls[k] = (name, interrupt, arrays)
+        fail_and_forget(lambda: step(m, tx, ty, DATA[1]), KeyboardInterrupt)
+        compiled.calls[k] = (name, fn, arrays)
+        assert_same(snapshot(m), before)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT is raised with signal.raise_signal")
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_ctrl_c_during_the_update_waits_until_every_parameter_is_updated(use_graph):
+    dev, m, tx, ty = setup(use_graph)
+    ref = setup(use_graph)
+    for batch in DATA[:2]:
+        step(m, tx, ty, batch)
+        step(*ref[1:], batch)
+    step(*ref[1:], DATA[2])
+    expected = snapshot(ref[1])
+
+    def ctrl_c_then(fn):
+        def kernel(*arrays):
+            signal.raise_signal(signal.SIGINT)  # as if the user pressed Ctrl-C right now
+            fn(*arrays)
+        return kernel
+    if use_graph:
+        compiled = m.compiled_step(tx, ty)
+        name, fn, arrays = compiled.calls[compiled.commit_start]
+        compiled.calls[compiled.commit_start] = (name, ctrl_c_then(fn), arrays)
+    else:
+        original = dev.exec
+
+        def exec_(fn, reads, writes, phase="forward", **kwargs):
+            if phase == "update" and not getattr(exec_, "done", False):
+                exec_.done, fn = True, ctrl_c_then(fn)
+            return original(fn, reads, writes, phase=phase, **kwargs)
+        dev.exec = exec_
+    fail_and_forget(lambda: step(m, tx, ty, DATA[2]), KeyboardInterrupt)
+    assert_same(snapshot(m), expected)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_failed_step_with_recycling_off_gives_back_its_working_set():
+    dev, m, tx, ty = setup(False, pool="8MiB")
+    dev.recycle = False
+    step(m, tx, ty, DATA[0])
+    allocated = dev.memory_stats()["allocated_bytes.current"]
+    bad = (DATA[1][0], np.full_like(DATA[1][1], 10))
+    for _ in range(50):  # would fill the pool if each failed step kept its blocks
+        fail_and_forget(lambda: step(m, tx, ty, bad), ValueError)
+        assert dev.memory_stats()["allocated_bytes.current"] == allocated
+
+
+def test_recycling_off_keeps_a_steps_blocks_until_it_ends_then_frees_them():
+    dev, m, tx, ty = setup(False)
+    dev.recycle = False
+    step(m, tx, ty, DATA[0])
+    start = dev.memory_stats()
+    step(m, tx, ty, DATA[1])
+    end = dev.memory_stats()
+    assert end["allocated_bytes.current"] == start["allocated_bytes.current"]
+    assert end["allocated_bytes.peak"] > 2 * start["allocated_bytes.current"]
+    dev.recycle = True
+    dev.reset_peak_memory_stats()
+    step(m, tx, ty, DATA[2])
+    assert dev.memory_stats()["allocated_bytes.peak"] < end["allocated_bytes.peak"]
+
+
+# -- threads ------------------------------------------------------------------------------------
+@pytest.fixture
+def fast_thread_switches():
+    """Switch threads as often as possible, so that races show up in a short test."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(previous)
+
+
+def train_alone(use_graph, seed, data):
+    dev, m, tx, ty = setup(use_graph, seed=seed)
+    return [float(tensor.to_numpy(step(m, tx, ty, b)[1])[0]) for b in data], snapshot(m)
+
+
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_two_threads_training_two_models_on_one_device_get_their_own_numbers(
+        use_graph, fast_thread_switches):
+    data = [batches((4, 1, 8, 8), 20, seed=s) for s in (2, 3)]
+    expected = [train_alone(use_graph, seed, d) for seed, d in zip((0, 1), data)]
+    dev = device.create_cpu_device("64MiB")
+    runs = []
+    for seed in (0, 1):
+        dev.SetRandSeed(seed)
+        m = BNNet()
+        m.set_optimizer(opt.SGD(lr=0.1, momentum=0.9, weight_decay=1e-3))
+        tx = tensor.PlaceHolder((4, 1, 8, 8), dev)
+        ty = tensor.PlaceHolder((4,), dev, tensor.int32)
+        m.compile([tx], is_train=True, use_graph=use_graph)
+        runs.append((m, tx, ty))
+    results, errors, start = [None, None], [], threading.Barrier(2)
+
+    def worker(i):
+        try:
+            m, tx, ty = runs[i]
+            start.wait()
+            losses = [float(tensor.to_numpy(step(m, tx, ty, b)[1])[0]) for b in data[i]]
+            results[i] = (losses, snapshot(m))
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=worker, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for got, want in zip(results, expected):
+        assert got[0] == want[0]
+        assert_same(got[1], want[1])
+
+
+def test_a_second_threads_step_waits_until_the_first_has_ended():
+    dev = device.create_cpu_device("64MiB")
+    runs = []
+    for _ in range(2):
+        m = BNNet()
+        m.set_optimizer(opt.SGD(lr=0.1))
+        tx = tensor.PlaceHolder((4, 1, 8, 8), dev)
+        ty = tensor.PlaceHolder((4,), dev, tensor.int32)
+        m.compile([tx], is_train=True, use_graph=True)
+        step(m, tx, ty, DATA[0])
+        runs.append((m, tx, ty))
+    inside, second_ran, seen = threading.Event(), threading.Event(), []
+
+    def patch(i, before):
+        compiled = runs[i][0].compiled_step(*runs[i][1:])
+        name, fn, arrays = compiled.calls[0]
+
+        def kernel(*a):
+            before()
+            fn(*a)
+        compiled.calls[0] = (name, kernel, arrays)
+    # The first step parks in its first kernel until the second step ran one (or 0.5 s).
+    patch(0, lambda: (inside.set(), seen.append(second_ran.wait(0.5))))
+    patch(1, second_ran.set)
+    first = threading.Thread(target=step, args=(*runs[0], DATA[1]))
+    first.start()
+    assert inside.wait(5)
+    second = threading.Thread(target=step, args=(*runs[1], DATA[1]))
+    second.start()
+    first.join()
+    second.join()
+    assert seen == [False], "the second step ran a kernel in the middle of the first"
+    assert second_ran.is_set()
+
+
+def test_evaluating_in_one_thread_does_not_switch_off_training_in_another(fast_thread_switches):
+    data = batches((4, 1, 8, 8), 8, seed=4)
+    expected = train_alone(False, 0, data)
+    dev, m, tx, ty = setup(False, seed=0)
+    other = BNNet()
+    x = tensor.from_numpy(data[0][0], device.create_cpu_device("16MiB"))
+    other.compile([x], is_train=False)
+    stop, errors = threading.Event(), []
+
+    def evaluate():
+        try:
+            while not stop.is_set():
+                other.eval()
+                other(x)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+    thread = threading.Thread(target=evaluate)
+    thread.start()
+    try:
+        losses = [float(tensor.to_numpy(step(m, tx, ty, b)[1])[0]) for b in data]
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors
+    assert autograd.training  # this thread's flag: m(...) set it
+    assert losses == expected[0]
+    assert_same(snapshot(m), expected[1])
+
+
+def test_the_pool_survives_threads_allocating_and_freeing_at_once(fast_thread_switches):
+    pool = Pool(64 * 2**20)
+    errors = []
+
+    def churn(seed):
+        rng = np.random.default_rng(seed)
+        mine = []
+        try:
+            for _ in range(3000):
+                if mine and rng.random() < 0.5:
+                    pool.free(mine.pop(rng.integers(len(mine))))
+                else:
+                    mine.append(pool.alloc(int(rng.integers(1, 4096))))
+            for offset in mine:
+                pool.free(offset)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=churn, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    stats = pool.stats()
+    assert stats["allocated_bytes.current"] == 0 and stats["active_blocks"] == 0
+    assert pool.segments() == [(0, pool.capacity, True)]
+    assert stats["num_allocs"] == stats["num_frees"]
