@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -82,6 +83,14 @@ def test_resized_digits_are_the_resize_of_the_originals():
     x_train, _, _, _ = load_digits(size=16)
     expected = resize_bilinear(images[train_idx[:10]].astype(np.float32) / 16, 16)
     np.testing.assert_allclose(x_train[:10, 0], expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "fraction, parts", [(0.0, "1797 training and 0 test"), (0.9999, "0 training and 1797 test")]
+)
+def test_load_digits_refuses_a_split_that_leaves_a_part_empty(fraction, parts):
+    with pytest.raises(ValueError, match=f"test_fraction={fraction} leaves {parts} images"):
+        load_digits(test_fraction=fraction)
 
 
 def test_stratified_split_partitions_and_keeps_class_shares():
@@ -193,9 +202,11 @@ def test_read_idx_truncated_header(tmp_path):
         read_idx(path)
 
 
-def test_read_idx_trailing_bytes(tmp_path):
+@pytest.mark.parametrize("compress", [False, True], ids=["raw", "gz"])
+def test_read_idx_trailing_bytes(tmp_path, compress):
+    payload = _idx_bytes(np.zeros((4, 5), np.uint8)) + b"\x00\x00\x00"
     path = tmp_path / "long"
-    path.write_bytes(_idx_bytes(np.zeros((4, 5), np.uint8)) + b"\x00\x00\x00")
+    path.write_bytes(gzip.compress(payload) if compress else payload)
     with pytest.raises(DataFormatError, match=r"long: trailing bytes.*needs 20 bytes.*but 23.*3 extra"):
         read_idx(path)
 
@@ -212,6 +223,50 @@ def test_read_idx_broken_gzip(tmp_path):
     path.write_bytes(gzip.compress(_idx_bytes(np.zeros(100, np.uint8)))[:20])
     with pytest.raises(DataFormatError, match="cannot be decompressed"):
         read_idx(path)
+
+
+def _peak_bytes_while_refused(read, path):
+    """The peak of Python and NumPy allocations while read(path) raises DataFormatError; its message."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataFormatError) as info:
+            read(path)
+        return tracemalloc.get_traced_memory()[1], str(info.value)
+    finally:
+        tracemalloc.stop()
+
+
+def test_read_idx_refuses_a_gzip_bomb_before_decompressing_it(tmp_path):
+    # 64 MiB of zeros (about 64 KiB compressed) after a header announcing 13 GB of images
+    path = tmp_path / "bomb-idx3-ubyte.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(bytes([0, 0, 0x08, 3]) + np.array([2**24, 28, 28], ">u4").tobytes())
+        for _ in range(4):
+            f.write(bytes(16 * 2**20))
+    compressed = path.stat().st_size
+    peak, message = _peak_bytes_while_refused(read_idx, path)
+    assert f"announces shape (16777216, 28, 28) of uint8, {2**24 * 784} bytes of data" in message
+    assert f"this gzip file of {compressed} bytes decompresses to at most {compressed * 1032} bytes" in message
+    assert peak < 2**20  # the 64 MiB were never decompressed
+
+
+def _sparse_file(path, head: bytes, size: int):
+    """A file of `size` bytes starting with `head`, the rest a hole (no disk blocks where supported)."""
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(size)
+    return path
+
+
+def test_wrong_sized_huge_files_are_refused_from_their_size_unread(tmp_path):
+    big = 256 * 2**20
+    idx = _sparse_file(tmp_path / "labels", bytes([0, 0, 0x08, 1]) + np.array([10], ">u4").tobytes(), big)
+    peak, message = _peak_bytes_while_refused(read_idx, idx)
+    assert "trailing bytes: the header announces shape (10,) of uint8, which needs 10 bytes" in message
+    assert f"({big - 8 - 10} extra)" in message and peak < 2**20
+    cifar = _sparse_file(tmp_path / "data_batch_1.bin", b"", big + 5)
+    peak, message = _peak_bytes_while_refused(read_cifar10_batch, cifar)
+    assert f"the size, {big + 5} bytes, is not a multiple of the 3073-byte" in message and peak < 2**20
 
 
 def test_write_idx_rejects_unsupported_dtype(tmp_path):
@@ -253,6 +308,30 @@ def test_load_mnist_missing_files(tmp_path):
 def test_load_mnist_count_mismatch(tmp_path):
     _fake_mnist(tmp_path, "train", n=5, n_labels=4)
     with pytest.raises(DataFormatError, match="count mismatch.*5 images.*4 labels"):
+        load_mnist(tmp_path)
+
+
+def test_load_mnist_refuses_labels_outside_the_10_classes(tmp_path):
+    _fake_mnist(tmp_path, "train", n=6)
+    labels = np.array([0, 255, 3, 255, 12, 9], np.uint8)
+    write_idx(tmp_path / "train-labels-idx1-ubyte", labels)
+    expected = (
+        r"train-labels-idx1-ubyte: labels outside the 10 classes 0\.\.9: "
+        r"12 \(1 time\), 255 \(2 times\) \(3 of the 6 labels\)"
+    )
+    with pytest.raises(DataFormatError, match=expected):
+        load_mnist(tmp_path)
+    _fake_mnist(tmp_path, "t10k", n=2)
+    with pytest.raises(DataFormatError, match=expected):
+        load(f"mnist:{tmp_path}")  # what nnmem train reads: it would build 256 outputs
+    _, y = load_mnist(tmp_path, num_classes=256)  # a data set with more classes says so
+    np.testing.assert_array_equal(y, labels)
+
+
+def test_load_mnist_refuses_an_empty_set(tmp_path):
+    write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((0, 28, 28), np.uint8))
+    write_idx(tmp_path / "train-labels-idx1-ubyte", np.zeros(0, np.uint8))
+    with pytest.raises(DataFormatError, match=r"train-images-idx3-ubyte: the file holds no image .*\(0, 28, 28\)"):
         load_mnist(tmp_path)
 
 

@@ -45,8 +45,11 @@ def load(name_or_spec: str):
       "mnist:DIR"    -> :func:`load_mnist` of DIR, kind "train" then "t10k":
                         x float32 (N, 1, 28, 28) in [0, 1];
       "cifar10:DIR"  -> :func:`load_cifar10` of DIR: x float32 (N, 3, 32, 32) in [0, 1].
-    Labels are int32 (N,). The name before ":" is case-insensitive. Anything else raises
-    ValueError listing these forms; missing or malformed files raise DataFormatError.
+    Labels are int32 (N,) in 0..9: each of these sets has 10 classes, and a label file
+    holding another value (255, say) raises DataFormatError rather than giving a model one
+    output per value up to it. Every part holds at least one image. The name before ":" is
+    case-insensitive. Anything else raises ValueError listing these forms; missing or
+    malformed files raise DataFormatError.
     """
     if not isinstance(name_or_spec, str):
         raise ValueError(f"data set spec must be a string, got {type(name_or_spec).__name__}; accepted: {_ACCEPTED}")

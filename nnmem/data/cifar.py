@@ -41,22 +41,10 @@ def read_cifar10_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]
     FileNotFoundError.
     """
     with open(path, "rb") as f:
-        data = f.read()
-    size = len(data)
-    if size == 0 or size % _RECORD:
-        whole, rest = divmod(size, _RECORD)
-        problem = (
-            "the file is empty"
-            if size == 0
-            else f"the size, {size} bytes, is not a multiple of the {_RECORD}-byte CIFAR-10 record "
-            f"({whole} whole records and {rest} bytes left over)"
-        )
-        raise _format_error(
-            path,
-            f"not a CIFAR-10 binary batch: {problem}.",
-            f"use {_SOURCE}, not the Python-pickle or MATLAB versions, and download it again if the file "
-            "was cut short; CIFAR-100 binary files (3074-byte records) are a different format.",
-        )
+        size = os.fstat(f.fileno()).st_size
+        if size == 0 or size % _RECORD:  # checked before reading: a wrong file may be huge
+            raise _not_a_batch(path, size)
+        data = f.read(size)
     records = np.frombuffer(data, dtype=np.uint8).reshape(-1, _RECORD)
     labels = records[:, 0]
     bad = np.flatnonzero(labels > 9)
@@ -69,6 +57,23 @@ def read_cifar10_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]
         )
     x = records[:, 1:].reshape((-1,) + _IMAGE_SHAPE).copy()
     return x, labels.astype(np.int32)
+
+
+def _not_a_batch(path, size: int):
+    """The DataFormatError for a file that is not a whole number of records."""
+    whole, rest = divmod(size, _RECORD)
+    problem = (
+        "the file is empty"
+        if size == 0
+        else f"the size, {size} bytes, is not a multiple of the {_RECORD}-byte CIFAR-10 record "
+        f"({whole} whole records and {rest} bytes left over)"
+    )
+    return _format_error(
+        path,
+        f"not a CIFAR-10 binary batch: {problem}.",
+        f"use {_SOURCE}, not the Python-pickle or MATLAB versions, and download it again if the file "
+        "was cut short; CIFAR-100 binary files (3074-byte records) are a different format.",
+    )
 
 
 def write_cifar10_batch(path: str | os.PathLike, x, y) -> str:

@@ -42,7 +42,8 @@ def load_digits(size: int = 28, test_fraction: float = 0.2, seed: int = 0):
     size:          side of the square output images; 8 gives the original 8x8 images,
                    anything else is a bilinear resize (:func:`resize_bilinear`,
                    pixel-centre convention). The default 28 matches MNIST's size.
-    test_fraction: share of the images held out for testing, 0 <= test_fraction < 1.
+    test_fraction: share of the images held out for testing, 0 <= test_fraction < 1, such
+                   that both parts get at least one image (else ValueError).
     seed:          seed of the split; the same seed always gives the same split.
 
     Returns
@@ -55,6 +56,12 @@ def load_digits(size: int = 28, test_fraction: float = 0.2, seed: int = 0):
     """
     images, labels = _read_npz()
     train_idx, test_idx = stratified_split(labels, test_fraction, seed)
+    if train_idx.size == 0 or test_idx.size == 0:
+        raise ValueError(
+            f"load_digits: test_fraction={test_fraction} leaves {train_idx.size} training and "
+            f"{test_idx.size} test images of {labels.size}; choose one that leaves at least one "
+            "image in each part (the default, 0.2, leaves 1437 and 360)"
+        )
     x = images.astype(np.float32) / np.float32(16.0)
     if size != 8:
         x = resize_bilinear(x, size)

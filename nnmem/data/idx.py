@@ -40,6 +40,10 @@ _CODE_OF = {np.dtype(name): code for code, name in _TYPE_NAMES.items()}
 _ACCEPTED_TYPES = ", ".join(f"0x{code:02X} ({name})" for code, name in _TYPE_NAMES.items())
 _GZIP_MAGIC = b"\x1f\x8b"
 _REFETCH = "download the file again (the copy on disk is damaged or incomplete)"
+# Deflate writes at least 2 bits for a copy of at most 258 bytes, so a gzip file never expands
+# more than about 1032 times: a header announcing more data than that is wrong.
+_DEFLATE_MAX_RATIO = 1032
+_CHUNK = 2**20
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
@@ -49,38 +53,82 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     int16, int32, float32 or float64 following the type code. MNIST image files
     give uint8 (N, 28, 28), label files uint8 (N,).
 
+    Memory is bounded by what the header announces: the header is read first, a size the
+    file cannot hold is refused before any data is read (for gzip, more than deflate's
+    1032:1 maximum ratio allows), and then exactly the announced bytes are read, a chunk
+    at a time, into the result.
+
     Raises :class:`DataFormatError` (naming the file, the problem and a fix) when the
     file is not IDX (bad magic), has an unknown type code, holds fewer data bytes than
     its header announces (truncated) or more (trailing bytes), or is a broken gzip
     stream. A missing file raises the usual FileNotFoundError.
     """
-    with open(path, "rb") as f:
-        data = f.read()
-    if data[:2] == _GZIP_MAGIC:
+    with open(path, "rb") as raw:
+        file_size = os.fstat(raw.fileno()).st_size
+        compressed = raw.read(2) == _GZIP_MAGIC
+        raw.seek(0)
+        if not compressed:
+            return _read_idx_stream(path, raw, file_size, compressed=False)
         try:
-            data = _gzip.decompress(data)
+            with _gzip.GzipFile(fileobj=raw) as stream:
+                return _read_idx_stream(path, stream, file_size, compressed=True)
         except (OSError, EOFError, zlib.error) as exc:
             raise _format_error(
                 path,
                 f"the file starts like gzip (bytes 1f 8b) but cannot be decompressed: {exc}.",
                 _REFETCH + "; `gzip -t FILE` checks a gzip file.",
             ) from None
-    if len(data) < 4:
+
+
+def _read_idx_stream(path, stream, file_size: int, compressed: bool) -> np.ndarray:
+    """The array of the IDX data in `stream`, read from a file of `file_size` bytes: the
+    stream itself when raw, its decompressed content when `compressed`."""
+    code, shape, header = _read_idx_header(path, stream)
+    dtype = IDX_TYPES[code]
+    expected = math.prod(shape) * dtype.itemsize
+    described = f"shape {shape} of {_TYPE_NAMES[code]}"
+    if not compressed and header + expected != file_size:  # the size tells, nothing to read
+        found = file_size - header
+        if found < expected:
+            raise _truncated(path, described, header, expected, found)
+        raise _trailing(path, described, header, expected, found)
+    if compressed and header + expected > file_size * _DEFLATE_MAX_RATIO:
         raise _format_error(
             path,
-            f"not an IDX file: only {_plural(len(data), 'byte')} (after any gzip decompression), "
+            f"the header announces {described}, {expected} bytes of data, but this gzip file of "
+            f"{_plural(file_size, 'byte')} decompresses to at most {file_size * _DEFLATE_MAX_RATIO} bytes "
+            f"(deflate's maximum ratio is {_DEFLATE_MAX_RATIO}:1).",
+            _REFETCH + "; if you wrote the file yourself, check the dimensions written in its header.",
+        )
+    data = np.empty(expected, np.uint8)
+    found = _read_into(stream, data)
+    if found < expected:
+        raise _truncated(path, described, header, expected, found)
+    extra = _count_rest(stream)
+    if extra:
+        raise _trailing(path, described, header, expected, expected + extra)
+    return data.view(dtype).astype(dtype.newbyteorder("="), copy=False).reshape(shape)
+
+
+def _read_idx_header(path, stream) -> tuple[int, tuple[int, ...], int]:
+    """(type code, shape, header size in bytes) from the start of an IDX stream."""
+    start = stream.read(4)
+    if len(start) < 4:
+        raise _format_error(
+            path,
+            f"not an IDX file: only {_plural(len(start), 'byte')} (after any gzip decompression), "
             "but the IDX header alone is at least 4 bytes.",
             _REFETCH + ".",
         )
-    if data[0] != 0 or data[1] != 0:
+    if start[0] != 0 or start[1] != 0:
         raise _format_error(
             path,
-            f"not an IDX file: bad magic, the first bytes are {data[:4].hex(' ')} but an IDX file "
+            f"not an IDX file: bad magic, the first bytes are {start.hex(' ')} but an IDX file "
             "starts with 00 00 <type> <ndim>.",
             "pass an MNIST IDX file such as train-images-idx3-ubyte or train-images-idx3-ubyte.gz; "
             "this error is typical of a saved HTML error page or of another format (PNG, CSV, NumPy).",
         )
-    code, ndim = data[2], data[3]
+    code, ndim = start[2], start[3]
     if code not in IDX_TYPES:
         raise _format_error(
             path,
@@ -94,34 +142,54 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
             _REFETCH + ".",
         )
     header = 4 + 4 * ndim
-    if len(data) < header:
+    dims = stream.read(4 * ndim)
+    if len(dims) < 4 * ndim:
         raise _format_error(
             path,
             f"truncated header: {ndim} dimensions need a {header}-byte header, found only "
-            f"{_plural(len(data), 'byte')} in the file.",
+            f"{_plural(4 + len(dims), 'byte')} in the file.",
             _REFETCH + ".",
         )
-    shape = tuple(int(d) for d in np.frombuffer(data, dtype=">u4", count=ndim, offset=4))
-    dtype = IDX_TYPES[code]
-    expected = math.prod(shape) * dtype.itemsize
-    found = len(data) - header
-    described = f"shape {shape} of {_TYPE_NAMES[code]}"
-    if found < expected:
-        raise _format_error(
-            path,
-            f"truncated data: the header announces {described}, which needs {expected} bytes after the "
-            f"{header}-byte header, but only {found} are there ({expected - found} missing).",
-            _REFETCH + "; an interrupted download is the usual cause.",
-        )
-    if found > expected:
-        raise _format_error(
-            path,
-            f"trailing bytes: the header announces {described}, which needs {expected} bytes after the "
-            f"{header}-byte header, but {found} are there ({found - expected} extra).",
-            _REFETCH + "; if you wrote the file yourself, check the dimensions written in its header.",
-        )
-    values = np.frombuffer(data, dtype=dtype, count=expected // dtype.itemsize, offset=header)
-    return values.astype(dtype.newbyteorder("=")).reshape(shape)
+    shape = tuple(int(d) for d in np.frombuffer(dims, dtype=">u4"))
+    return code, shape, header
+
+
+def _truncated(path, described: str, header: int, expected: int, found: int):
+    return _format_error(
+        path,
+        f"truncated data: the header announces {described}, which needs {expected} bytes after the "
+        f"{header}-byte header, but only {found} are there ({expected - found} missing).",
+        _REFETCH + "; an interrupted download is the usual cause.",
+    )
+
+
+def _trailing(path, described: str, header: int, expected: int, found: int):
+    return _format_error(
+        path,
+        f"trailing bytes: the header announces {described}, which needs {expected} bytes after the "
+        f"{header}-byte header, but {found} are there ({found - expected} extra).",
+        _REFETCH + "; if you wrote the file yourself, check the dimensions written in its header.",
+    )
+
+
+def _read_into(stream, out: np.ndarray) -> int:
+    """Fill the uint8 array `out` from `stream` a chunk at a time (no second copy of the whole);
+    return how many bytes were read, fewer than out.size if the stream ended first."""
+    view, filled = memoryview(out), 0
+    while filled < out.size:
+        n = stream.readinto(view[filled : filled + _CHUNK])
+        if not n:
+            break
+        filled += n
+    return filled
+
+
+def _count_rest(stream) -> int:
+    """How many bytes are left in `stream`, read a chunk at a time and dropped."""
+    count = 0
+    while chunk := stream.read(_CHUNK):
+        count += len(chunk)
+    return count
 
 
 def write_idx(path: str | os.PathLike, array, gzip: bool = False) -> str:
@@ -161,20 +229,27 @@ def _find(directory: str, base: str) -> str | None:
     return None
 
 
-def load_mnist(directory: str | os.PathLike, kind: str = "train") -> tuple[np.ndarray, np.ndarray]:
+def load_mnist(
+    directory: str | os.PathLike, kind: str = "train", num_classes: int = 10
+) -> tuple[np.ndarray, np.ndarray]:
     """Load one part of an MNIST-style data set (MNIST, Fashion-MNIST, ...) from its IDX files.
 
-    directory: folder holding ``{kind}-images-idx3-ubyte`` and ``{kind}-labels-idx1-ubyte``,
-               each either raw or gzip-compressed with a ``.gz`` suffix (the raw name wins
-               when both exist).
-    kind:      "train" (60000 images for MNIST) or "t10k" (the 10000 test images).
+    directory:   folder holding ``{kind}-images-idx3-ubyte`` and ``{kind}-labels-idx1-ubyte``,
+                 each either raw or gzip-compressed with a ``.gz`` suffix (the raw name wins
+                 when both exist).
+    kind:        "train" (60000 images for MNIST) or "t10k" (the 10000 test images).
+    num_classes: the data set's number of classes; every label must be in 0..num_classes-1.
+                 MNIST and Fashion-MNIST have 10; pass another number for a variant with
+                 more (EMNIST balanced: 47).
 
     Returns (x, y): x float32 (N, 1, H, W) in [0, 1] (stored bytes divided by 255;
-    H = W = 28 for MNIST), y int32 (N,).
+    H = W = 28 for MNIST), y int32 (N,), N >= 1.
 
     Raises :class:`DataFormatError` when a file is missing (listing the names looked for),
     is not valid IDX (see :func:`read_idx`), has the wrong shape or type for images
-    (uint8, 3-D) or labels (uint8, 1-D), or when image and label counts differ.
+    (uint8, 3-D) or labels (uint8, 1-D), holds no image, holds a label outside
+    0..num_classes-1 (a model would silently get one output per value up to the largest),
+    or when image and label counts differ.
     """
     if kind not in ("train", "t10k"):
         raise ValueError(f'load_mnist: kind must be "train" or "t10k", got {kind!r}')
@@ -205,6 +280,12 @@ def load_mnist(directory: str | os.PathLike, kind: str = "train") -> tuple[np.nd
             f"expected uint8 labels of shape (N,), found {labels.dtype} of shape {labels.shape}.",
             "check that this is a label file (...-labels-idx1-ubyte) and not an image file.",
         )
+    if images.shape[0] == 0:
+        raise _format_error(
+            images_path,
+            f"the file holds no image (its header says shape {images.shape}).",
+            _REFETCH + "; a data set needs at least one image to train or test on.",
+        )
     if images.shape[0] != labels.shape[0]:
         raise _format_error(
             directory,
@@ -213,6 +294,22 @@ def load_mnist(directory: str | os.PathLike, kind: str = "train") -> tuple[np.nd
             "use an image file and a label file of the same release and part (both train or both t10k); "
             "download the one that is wrong again.",
         )
+    _check_labels(labels_path, labels, num_classes)
     x = images.astype(np.float32)[:, None, :, :]
     x /= np.float32(255.0)
     return x, labels.astype(np.int32)
+
+
+def _check_labels(path, labels: np.ndarray, num_classes: int) -> None:
+    """Every label is in 0..num_classes-1 (IDX labels are uint8, never negative)."""
+    values, counts = np.unique(labels[labels >= num_classes], return_counts=True)
+    if values.size:
+        listed = ", ".join(f"{int(v)} ({_plural(int(c), 'time')})" for v, c in zip(values[:5], counts[:5]))
+        more = f" and {values.size - 5} other values" if values.size > 5 else ""
+        raise _format_error(
+            path,
+            f"labels outside the {num_classes} classes 0..{num_classes - 1}: {listed}{more} "
+            f"({int(counts.sum())} of the {labels.size} labels).",
+            _REFETCH + "; if the data set really has more classes, pass their number "
+            "(EMNIST balanced: load_mnist(DIR, kind, num_classes=47)).",
+        )

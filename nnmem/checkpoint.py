@@ -1,0 +1,359 @@
+"""Checkpoints in SINGA's format: a zip holding ``tensor_dict.npz`` (one ``.npy`` array per
+state) and ``states_attr.json`` (each state's type, shape and dtype).
+
+Saving is atomic: the zip is written to a temporary file beside the target and renamed over
+it only once it is complete and on disk, so a failed or interrupted save leaves the previous
+checkpoint as it was.
+
+Loading is all or nothing, and its memory is bounded by what the model expects:
+1. states_attr.json (at most MAX_ATTRS_BYTES) is checked first: every entry well formed, the
+   model states matching the model's shapes and dtypes, the auxiliary states of a dtype a
+   tensor can hold and small enough for the device pool's free bytes;
+2. tensor_dict.npz may then be no larger than those states need, so a zip bomb is refused
+   before anything is decompressed;
+3. each array's .npy header is read (at most numpy's NPY_HEADER_LIMIT bytes) and checked
+   against states_attr.json before its data is read;
+4. model states must be finite, and the auxiliary tensors are allocated;
+5. only then are the model's states written.
+No pickle is ever loaded.
+"""
+import contextlib
+import io
+import json
+import math
+import os
+import secrets
+import shutil
+import struct
+import tempfile
+import zipfile
+import zlib
+from typing import NamedTuple
+
+import numpy as np
+
+from nnmem.interrupts import deferred_interrupts
+from nnmem.memory.units import format_bytes
+from nnmem.tensor import Tensor, _check_dtype, from_numpy, to_numpy
+
+TENSOR_DICT_FILENAME = "tensor_dict.npz"
+STATES_ATTR_FILENAME = "states_attr.json"
+MODEL_STATE_TYPE = 0
+AUX_STATE_TYPE = 1
+
+MAX_ATTRS_BYTES = 16 * 2**20  # a state's entry takes about 70 bytes: room for 200,000 states
+NPY_HEADER_LIMIT = 10_000  # numpy's own limit on a .npy header (np.load's max_header_size)
+# What np.savez writes around a state's data, with room to spare: a .npy header of 128 bytes
+# and up to 22 more per dimension, and two zip records of ~60 bytes plus the member's name.
+_NPY_HEADER_ALLOWANCE, _NPY_HEADER_PER_DIM = 256, 24
+_ZIP_RECORDS_ALLOWANCE = 256
+_ZIP_END_RECORDS = 2**16 + 1024  # end-of-archive records, and a comment of at most 64 KiB
+_SPOOL_IN_MEMORY = 16 * 2**20  # a tensor_dict.npz larger than this is spooled to a temp file
+_CHUNK = 2**20  # bytes copied at a time
+_FIX = "give a file written by Model.save_states"
+
+
+class CheckpointError(ValueError):
+    """A file given to load_states is not a usable checkpoint for this model."""
+
+
+class _State(NamedTuple):
+    """One entry of states_attr.json, checked."""
+    kind: int  # MODEL_STATE_TYPE or AUX_STATE_TYPE
+    shape: tuple
+    dtype: np.dtype
+
+    @property
+    def nbytes(self):
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+# -- saving ------------------------------------------------------------------------------------
+def save(fpath, model_states, aux_states):
+    """Write `model_states` and `aux_states` ({name: Tensor}) as a checkpoint at `fpath`.
+
+    Atomic: afterwards `fpath` is either the complete new checkpoint or, if anything failed
+    (a state that cannot be read, a full disk, a KeyboardInterrupt), what it was before.
+    """
+    tensors, attrs = {}, {}
+    for kind, states in ((MODEL_STATE_TYPE, model_states), (AUX_STATE_TYPE, aux_states)):
+        for name, t in states.items():
+            if not isinstance(t, Tensor):
+                raise TypeError(f"save_states: {name} is a {type(t).__name__}, not a Tensor")
+            if name in attrs:
+                raise ValueError(f"save_states: the auxiliary state {name!r} has the name of a "
+                                 "model state; rename it")
+            tensors[name] = to_numpy(t)
+            attrs[name] = {"state_type": kind, "shape": list(t.shape), "dtype": str(t.dtype)}
+    npz = io.BytesIO()
+    np.savez(npz, **tensors)
+    _write_zip_atomically(fpath, {TENSOR_DICT_FILENAME: npz.getvalue(),
+                                  STATES_ATTR_FILENAME: json.dumps(attrs)})
+
+
+def _write_zip_atomically(fpath, members):
+    """Write a zip of `members` ({name: bytes or str}) to a temporary file beside `fpath`,
+    flush it to disk, then rename it over `fpath` (a rename is atomic on one file system)."""
+    tmp_path, f = _create_beside(os.fspath(fpath))
+    try:
+        with f:
+            with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_DEFLATED) as zf:
+                for name, data in members.items():
+                    zf.writestr(name, data)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename: a crash cannot leave a short file
+        os.replace(tmp_path, fpath)
+    except BaseException:  # KeyboardInterrupt too: the old checkpoint stays, no debris is left
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp_path)
+        raise
+
+
+def _create_beside(fpath):
+    """A new, uniquely named hidden file in `fpath`'s folder, open for writing: (path, file).
+
+    It gets the permissions open() would give the checkpoint itself (0o666 less the umask),
+    which tempfile.mkstemp would narrow to 0o600."""
+    folder, name = os.path.split(os.path.abspath(fpath))
+    tmp_path = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
+                 0o666)
+    return tmp_path, os.fdopen(fd, "wb")
+
+
+# -- loading -----------------------------------------------------------------------------------
+def load(fpath, model_states):
+    """Read the checkpoint at `fpath` into `model_states` ({name: Tensor}, not empty) and
+    return its auxiliary states as new tensors {name: Tensor} on the same device.
+
+    Everything is read and checked, and the auxiliary tensors allocated, before any model
+    state is written: on any error (CheckpointError, or OutOfMemory for the auxiliary
+    tensors) the model is as it was.
+    """
+    dev = next(iter(model_states.values())).device
+    arrays, states = _read_checked(fpath, model_states, dev)
+    for name, state in states.items():
+        if state.kind == MODEL_STATE_TYPE:
+            _check_finite(fpath, name, arrays[name])
+    aux = {name: from_numpy(arrays[name], dev) for name, state in states.items()
+           if state.kind == AUX_STATE_TYPE}
+    with deferred_interrupts():  # all the parameters of the file, or none of them
+        for name, t in model_states.items():
+            t.copy_from_numpy(arrays[name])
+    return aux
+
+
+def _read_checked(fpath, model_states, dev):
+    """The checkpoint's arrays {name: ndarray} and entries {name: _State}, every one checked
+    against the model and the device; CheckpointError naming the first problem otherwise."""
+    try:
+        with zipfile.ZipFile(fpath) as zf:
+            names = set(zf.namelist())
+            if not {TENSOR_DICT_FILENAME, STATES_ATTR_FILENAME} <= names:
+                raise CheckpointError(f"{fpath}: a zip without {TENSOR_DICT_FILENAME} and "
+                                      f"{STATES_ATTR_FILENAME}; {_FIX}")
+            states = _parse_attrs(fpath, _read_attrs(fpath, zf))
+            _check_model_states(fpath, states, model_states)
+            _check_aux_states(fpath, states, dev)
+            return _read_arrays(fpath, zf, states), states
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError, zlib.error) as e:
+        raise CheckpointError(f"{fpath}: not a readable checkpoint ({type(e).__name__}: {e}); "
+                              f"{_FIX}") from e
+
+
+def _unreadable(fpath, problem):
+    return CheckpointError(f"{fpath}: not a readable checkpoint: {problem}; {_FIX}")
+
+
+def _read_attrs(fpath, zf):
+    """states_attr.json parsed, read only if its size is plausible."""
+    size = zf.getinfo(STATES_ATTR_FILENAME).file_size
+    if size > MAX_ATTRS_BYTES:
+        raise _unreadable(fpath, f"{STATES_ATTR_FILENAME} is {size} bytes, more than the "
+                                 f"{MAX_ATTRS_BYTES} ({format_bytes(MAX_ATTRS_BYTES)}) any "
+                                 "checkpoint's list of states takes")
+    try:
+        return json.loads(zf.read(STATES_ATTR_FILENAME))
+    except RecursionError:  # json recurses once per nesting level
+        raise _unreadable(fpath, f"{STATES_ATTR_FILENAME} nests JSON deeper than Python can "
+                                 "parse, where a checkpoint has one level of entries") from None
+
+
+def _parse_attrs(fpath, attrs):
+    """{name: _State} from the parsed states_attr.json."""
+    if not isinstance(attrs, dict):
+        raise _unreadable(fpath, f"{STATES_ATTR_FILENAME} holds {_short(attrs)}, not an object "
+                                 "{name: {state_type, shape, dtype}}")
+    return {name: _parse_entry(fpath, name, entry) for name, entry in attrs.items()}
+
+
+def _parse_entry(fpath, name, entry):
+    """One state's entry: {"state_type": 0 or 1, "shape": [sizes], "dtype": "float32"}."""
+    def bad(problem):
+        return _unreadable(fpath, f"in {STATES_ATTR_FILENAME}, {name!r} {problem} (an entry is "
+                                  '{"state_type": 0 or 1, "shape": [sizes], "dtype": "float32"})')
+
+    if not isinstance(entry, dict):
+        raise bad(f"is {_short(entry)}, not an object")
+    missing = [key for key in ("state_type", "shape", "dtype") if key not in entry]
+    if missing:
+        raise bad(f"has no {' and no '.join(missing)}")
+    kind, shape, dtype = entry["state_type"], entry["shape"], entry["dtype"]
+    # type() is, not isinstance: JSON true and 1.0 are not a state type or a size
+    if type(kind) is not int or kind not in (MODEL_STATE_TYPE, AUX_STATE_TYPE):
+        raise bad(f"has state_type {_short(kind)}, not 0 (model) or 1 (auxiliary)")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise bad(f"has shape {_short(shape)}, not a list of sizes >= 0")
+    try:
+        dtype = np.dtype(dtype) if isinstance(dtype, str) else None
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None:
+        raise bad(f"has dtype {_short(entry['dtype'])}, not the name of a NumPy dtype")
+    return _State(kind, tuple(shape), dtype)
+
+
+def _short(value, limit=60):
+    """A value for an error message, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _check_model_states(fpath, states, model_states):
+    """The checkpoint's model states are the model's, of the same shapes and dtypes."""
+    saved = {name for name, s in states.items() if s.kind == MODEL_STATE_TYPE}
+    missing, unknown = sorted(set(model_states) - saved), sorted(saved - set(model_states))
+    if missing or unknown:
+        raise CheckpointError(f"{fpath}: the checkpoint does not match this model (missing "
+                              f"{missing}, unexpected {unknown}); was it saved from another "
+                              "model class or configuration?")
+    wrong = [f"{name} is {states[name].shape} {states[name].dtype} in the file but "
+             f"{t.shape} {t.dtype} in the model" for name, t in sorted(model_states.items())
+             if (states[name].shape, states[name].dtype) != (t.shape, t.dtype)]
+    if wrong:
+        raise CheckpointError(f"{fpath}: " + "; ".join(wrong))
+
+
+def _check_aux_states(fpath, states, dev):
+    """Every auxiliary state has a dtype a tensor can hold, and together they fit in the
+    pool's free bytes (allocation may still fail if the free bytes are fragmented)."""
+    aux = {name: s for name, s in states.items() if s.kind == AUX_STATE_TYPE}
+    for name, s in aux.items():
+        try:
+            _check_dtype(s.dtype)
+        except TypeError as e:
+            raise CheckpointError(f"{fpath}: the auxiliary state {name!r} cannot be loaded: "
+                                  f"{e}, then save it again") from None
+    need = sum(s.nbytes for s in aux.values())
+    free = dev.memory_stats()["free_bytes"]
+    if need > free:
+        largest = max(aux, key=lambda name: aux[name].nbytes)
+        raise CheckpointError(
+            f"{fpath}: the auxiliary states need {format_bytes(need)} ({need} bytes; the largest, "
+            f"{largest!r}, is {aux[largest].shape} {aux[largest].dtype}) but the device pool has "
+            f"{format_bytes(free)} ({free} bytes) free; load on a device with a larger pool, "
+            "e.g. device.create_cpu_device('4GiB'), or pass less in aux_states when saving")
+
+
+def _read_arrays(fpath, zf, states):
+    """{name: ndarray} from tensor_dict.npz, which must hold exactly `states`."""
+    size, limit = zf.getinfo(TENSOR_DICT_FILENAME).file_size, _npz_size_limit(states)
+    if size > limit:
+        raise _unreadable(fpath, f"{TENSOR_DICT_FILENAME} decompresses to {format_bytes(size)} "
+                                 f"({size} bytes) but the states that {STATES_ATTR_FILENAME} "
+                                 f"lists take at most {limit} bytes in it: the file is damaged, "
+                                 "or made to exhaust memory (a zip bomb)")
+    # Reading the npz's members straight from the deflated stream would be slower: zipfile
+    # seeks backwards in it (to find the npz's index) by decompressing again from the start.
+    with zf.open(TENSOR_DICT_FILENAME) as member, \
+            tempfile.SpooledTemporaryFile(_SPOOL_IN_MEMORY) as npz_file:
+        shutil.copyfileobj(member, npz_file, _CHUNK)
+        npz_file.seek(0)
+        with zipfile.ZipFile(npz_file) as npz:
+            members = _npy_members(fpath, npz, states)
+            return {name: _read_npy(fpath, npz, info, name, states[name])
+                    for name, info in members.items()}
+
+
+def _npz_size_limit(states):
+    """The most bytes an npz of exactly `states`, as np.savez writes it, can take: each state's
+    data, .npy header and zip records (which hold its name twice), and the archive's end."""
+    return _ZIP_END_RECORDS + sum(
+        s.nbytes + _NPY_HEADER_ALLOWANCE + _NPY_HEADER_PER_DIM * len(s.shape)
+        + _ZIP_RECORDS_ALLOWANCE + 2 * len(name.encode()) for name, s in states.items())
+
+
+def _npy_members(fpath, npz, states):
+    """{state name: ZipInfo} of the npz, whose members are exactly one NAME.npy per state."""
+    infos = npz.infolist()
+    not_npy = [info.filename for info in infos if not info.filename.endswith(".npy")]
+    if not_npy:
+        raise _unreadable(fpath, f"{TENSOR_DICT_FILENAME} holds {_short(not_npy)}, which "
+                                 "are not .npy arrays (an npz holds only NAME.npy members)")
+    members = {info.filename[:-len(".npy")]: info for info in infos}
+    if len(members) != len(infos) or set(members) != set(states):
+        raise CheckpointError(f"{fpath}: {STATES_ATTR_FILENAME} and {TENSOR_DICT_FILENAME} list "
+                              f"different tensors; the file is corrupt or foreign; {_FIX}")
+    return members
+
+
+def _read_npy(fpath, npz, info, name, state):
+    """The array of one .npy member, read only once its header matches `state` and its size
+    is exactly that header and that data."""
+    with npz.open(info) as f:
+        shape, dtype, header_size = _read_npy_header(fpath, name, f)
+    if (shape, dtype) != (state.shape, state.dtype):
+        raise _unreadable(fpath, f"{name}.npy says {shape} {dtype} in its header but "
+                                 f"{STATES_ATTR_FILENAME} says {state.shape} {state.dtype}")
+    if info.file_size != header_size + state.nbytes:
+        raise _unreadable(fpath, f"{name}.npy is {info.file_size} bytes but its header "
+                                 f"({header_size} bytes) announces {state.nbytes} bytes of data "
+                                 "after it")
+    with npz.open(info) as f:  # all checked: numpy reads the array, a chunk at a time
+        return np.lib.format.read_array(f, allow_pickle=False, max_header_size=NPY_HEADER_LIMIT)
+
+
+def _read_npy_header(fpath, name, f):
+    """(shape, dtype, header size in bytes) of the .npy stream `f`.
+
+    numpy's own header readers read the whole header before checking its length (a 4 GiB
+    header would be read), so the length is read and checked here first."""
+    version = np.lib.format.read_magic(f)
+    if version not in ((1, 0), (2, 0)):
+        raise _unreadable(fpath, f"{name}.npy is .npy version {version[0]}.{version[1]}, where "
+                                 "np.save writes 1.0, or 2.0 for very long headers")
+    length_format = "<H" if version == (1, 0) else "<I"
+    length_field = _read_exactly(fpath, name, f, struct.calcsize(length_format))
+    (length,) = struct.unpack(length_format, length_field)
+    if length > NPY_HEADER_LIMIT:
+        raise _unreadable(fpath, f"{name}.npy has a header of {format_bytes(length)} ({length} "
+                                 f"bytes), more than numpy's limit of {NPY_HEADER_LIMIT} bytes "
+                                 "(np.save writes about 128)")
+    header = _read_exactly(fpath, name, f, length)
+    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                   else np.lib.format.read_array_header_2_0)
+    shape, _, dtype = read_header(io.BytesIO(length_field + header),
+                                  max_header_size=NPY_HEADER_LIMIT)
+    return shape, dtype, np.lib.format.MAGIC_LEN + len(length_field) + length
+
+
+def _read_exactly(fpath, name, f, n):
+    """`n` bytes from `f` (n is small: a header), or CheckpointError if it ends before."""
+    data = f.read(n)
+    if len(data) != n:
+        raise _unreadable(fpath, f"{name}.npy ends inside its header")
+    return data
+
+
+def _check_finite(fpath, name, array):
+    """A model state holds no NaN or infinity (a model saved after its training diverged)."""
+    if array.dtype.kind != "f":
+        return
+    bad = array.size - np.count_nonzero(np.isfinite(array))
+    if bad:
+        raise CheckpointError(
+            f"{fpath}: {name} holds {bad} NaN or infinite values (of {array.size}); the model "
+            "was saved after its training diverged: load an earlier checkpoint, or train again "
+            "with a lower learning rate")
