@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from nnmem import autograd
+from nnmem.ops.conv import pair
 from nnmem.tensor import Tensor
 
 
@@ -122,9 +123,6 @@ def _param(shape, x, requires_grad=True):
                   stores_grad=requires_grad)
 
 
-def _pair(v):
-    return (v, v) if isinstance(v, int) else tuple(v)
-
 
 class Linear(Layer):
     """y = x W + b. Linear(out_features) or Linear(in_features, out_features) (SINGA)."""
@@ -177,8 +175,8 @@ class Conv2d(Layer):
                                       " use dilation=1, group=1 and explicit padding")
         if activation not in ("NOTSET", "RELU"):
             raise ValueError(f"Conv2d: activation {activation!r}; use 'RELU' or 'NOTSET'")
-        self.nb_kernels, self.kernel_size = nb_kernels, _pair(kernel_size)
-        self.stride, self.padding = _pair(stride), _pair(padding)
+        self.nb_kernels, self.kernel_size = nb_kernels, pair(kernel_size)
+        self.stride, self.padding = pair(stride), pair(padding)
         self.bias, self.activation, self.algorithm = bias, activation, algorithm
 
     def initialize(self, x):
@@ -209,9 +207,9 @@ class _Pooling2d(Layer):
 
     def __init__(self, kernel_size, stride=None, padding=0, **kwargs):
         super().__init__()
-        self.kernel_size = _pair(kernel_size)
-        self.stride = self.kernel_size if stride is None else _pair(stride)
-        self.padding = _pair(padding)
+        self.kernel_size = pair(kernel_size)
+        self.stride = self.kernel_size if stride is None else pair(stride)
+        self.padding = pair(padding)
 
     def forward(self, x):
         return autograd.pooling_2d(x, self.kernel_size, self.stride, self.padding, self.is_max)

@@ -71,7 +71,10 @@ class Tensor:
             block.dec_ref()
 
     def _describe(self):
-        return f"tensor {self.name or ''} {self.shape} {self.dtype}".replace("  ", " ")
+        return f"{self._label()} {self.shape} {self.dtype}"
+
+    def _label(self):
+        return f"tensor {self.name}" if self.name else "tensor"
 
     # -- shape ----------------------------------------------------------------------------
     def ndim(self):
@@ -117,13 +120,14 @@ class Tensor:
             raise ValueError("copy_from_numpy(offset=...) is not supported; slice the array instead")
         if a.shape != self.shape:
             raise ValueError(
-                f"copy_from_numpy: array of shape {a.shape} into tensor {self.name or ''} of shape "
+                f"copy_from_numpy: array of shape {a.shape} into {self._label()} of shape "
                 f"{self.shape}; reshape the array (a.reshape{self.shape}) or make a tensor of "
                 f"shape {a.shape}")
         if a.dtype != self.dtype and not _lossless(a, self.dtype):
             raise TypeError(
-                f"copy_from_numpy: array of dtype {a.dtype} into a {self.dtype} tensor would lose "
-                f"information; convert it first: a.astype(np.{self.dtype})")
+                f"copy_from_numpy: array of dtype {a.dtype} into {self._label()} of dtype "
+                f"{self.dtype} would lose information; convert it first: "
+                f"a.astype(np.{self.dtype})")
         return self._host_write(lambda array: array.__setitem__(Ellipsis, a))
 
     def copy_data(self, t):
@@ -188,7 +192,7 @@ def _lossless(a, dtype):
 class PlaceHolder(Tensor):
     """An input tensor: data enters the model through it (copy_from_numpy); no gradient."""
 
-    def __init__(self, shape, device=None, dtype=float32, name=None):
+    def __init__(self, shape, device=None, dtype=float32, name="input"):
         super().__init__(shape, device, dtype, requires_grad=False, stores_grad=False, name=name)
 
 

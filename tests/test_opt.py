@@ -72,3 +72,15 @@ def test_state_is_keyed_by_parameter_identity_not_name():
 def test_nesterov_needs_momentum():
     with pytest.raises(ValueError, match="nesterov"):
         opt.SGD(lr=0.1, nesterov=True)
+
+
+def test_optimizer_state_is_named_in_out_of_memory_reports():
+    from nnmem.memory import OutOfMemory
+    dev = device.create_cpu_device(4096)
+    w = tensor.Tensor((256,), dev, requires_grad=True, stores_grad=True, name="fc.W")
+    w.set_value(1.0)
+    sgd = opt.SGD(lr=0.1, momentum=0.9)
+    sgd.state_of(w)
+    with pytest.raises(OutOfMemory) as e:
+        tensor.Tensor((4096,), dev).set_value(0)
+    assert "SGD momentum of fc.W (256,) float32" in str(e.value)

@@ -96,3 +96,15 @@ def test_pool_size_strings_and_cuda_error():
         device.create_cpu_device("lots")
     with pytest.raises(device.DeviceUnavailable, match="create_cpu_device"):
         device.create_cuda_gpu()
+
+
+def test_error_texts_name_the_tensor_and_devices_print_apart(dev):
+    t = tensor.Tensor((2, 3), dev)
+    with pytest.raises(ValueError) as e:
+        t.copy_from_numpy(np.zeros((3, 2), np.float32))
+    assert "into tensor of shape (2, 3)" in str(e.value)
+    with pytest.raises(TypeError) as e:
+        tensor.PlaceHolder((2,), dev, tensor.int32).copy_from_numpy(np.zeros(2, np.float64))
+    assert "into tensor input of dtype int32" in str(e.value)
+    other = device.create_cpu_device("1MiB")
+    assert repr(dev) != repr(other) and repr(other).startswith("<Device cpu:")

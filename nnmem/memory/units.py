@@ -22,6 +22,13 @@ def parse_bytes(size):
     return int(float(match.group(1)) * _PARSE_UNITS[unit])
 
 
+def aligned_size(nbytes, alignment):
+    """The bytes a block of `nbytes` takes in a pool: rounded up to a multiple of `alignment`,
+    and at least one `alignment` (a zero-byte tensor still gets a block, an address of its
+    own)."""
+    return -(-max(nbytes, 1) // alignment) * alignment
+
+
 def format_bytes(n: int) -> str:
     """Format a byte count for humans with binary units: 512 -> "512 B", 3670016 -> "3.5 MiB".
 

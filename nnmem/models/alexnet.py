@@ -17,17 +17,13 @@ that tests can train a tiny AlexNet. Every position has its own layer object, he
 dotted name (relu1 .. relu7, lrn1, lrn2, pool1, pool2, pool5, dropout1, dropout2).
 """
 from nnmem import layer
-from nnmem.models.classifier import Classifier
-
-
-def _scaled(channels, width):
-    return max(1, int(round(channels * width)))
+from nnmem.models.classifier import Classifier, scaled
 
 
 class AlexNet(Classifier):
     def __init__(self, num_classes=1000, num_channels=3, width=1.0):
         super().__init__()
-        c1, c2, c3, c4, c5, f1, f2 = (_scaled(c, width) for c in (96, 256, 384, 384, 256,
+        c1, c2, c3, c4, c5, f1, f2 = (scaled(c, width) for c in (96, 256, 384, 384, 256,
                                                                   4096, 4096))
         self.conv1 = layer.Conv2d(num_channels, c1, 11, 4, 0)
         self.relu1 = layer.ReLU()

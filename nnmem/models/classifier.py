@@ -3,6 +3,11 @@ GlobalAvgPool (the mean over each feature map, whatever its resolution)."""
 from nnmem import layer, model
 
 
+def scaled(channels, width):
+    """A layer's channel count times the width multiplier, rounded, at least 1."""
+    return max(1, int(round(channels * width)))
+
+
 class Classifier(model.Model):
     """A Model whose training step is softmax cross-entropy on its logits, then the optimizer."""
 

@@ -12,7 +12,7 @@ Layers are named by position: stem.conv, stem.bn, stem.relu; module1.branch3_red
 module1.branch3.bn, ..., module1.cat; pool1 (between module1 and module2), ...
 """
 from nnmem import layer
-from nnmem.models.classifier import Classifier, GlobalAvgPool
+from nnmem.models.classifier import Classifier, GlobalAvgPool, scaled
 
 #: GoogLeNet's modules (Table 1): 1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool projection.
 GOOGLENET_MODULES = (
@@ -26,10 +26,6 @@ GOOGLENET_MODULES = (
     (256, 160, 320, 32, 128, 128),   # 5a
     (384, 192, 384, 48, 128, 128),   # 5b
 )
-
-
-def _scaled(channels, width):
-    return max(1, int(round(channels * width)))
 
 
 class ConvBNReLU(layer.Layer):
@@ -71,7 +67,7 @@ class Inception(Classifier):
         if not 2 <= modules <= len(GOOGLENET_MODULES):
             raise ValueError(f"Inception: modules={modules}; choose 2 to "
                              f"{len(GOOGLENET_MODULES)} (GoogLeNet's 3a .. 5b)")
-        channels = _scaled(64, width)
+        channels = scaled(64, width)
         self.stem = ConvBNReLU(num_channels, channels, 3, 1)
         self.stages = []
         for i, spec in enumerate(GOOGLENET_MODULES[:modules]):
@@ -79,7 +75,7 @@ class Inception(Classifier):
                 pool = layer.MaxPool2d(3, 2, 1)
                 setattr(self, f"pool{i}", pool)
                 self.stages.append(pool)
-            module = InceptionModule(channels, *(_scaled(c, width) for c in spec))
+            module = InceptionModule(channels, *(scaled(c, width) for c in spec))
             setattr(self, f"module{i + 1}", module)
             self.stages.append(module)
             channels = module.out_channels

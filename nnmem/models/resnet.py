@@ -24,7 +24,7 @@ network of any depth. The blocks are kept in one flat list registered by registe
 beyond creating the layer.
 """
 from nnmem import layer
-from nnmem.models.classifier import Classifier, GlobalAvgPool
+from nnmem.models.classifier import Classifier, GlobalAvgPool, scaled
 
 #: ImageNet depth -> (block, blocks per stage), Table 1 of the paper.
 IMAGENET_DEPTHS = {
@@ -91,10 +91,6 @@ class Bottleneck(layer.Layer):
 
 
 BLOCKS = {"basic": BasicBlock, "bottleneck": Bottleneck}
-
-
-def _scaled(channels, width):
-    return max(1, int(round(channels * width)))
 
 
 def split_blocks(total, proportions=STAGE_PROPORTIONS):
@@ -176,7 +172,7 @@ class ResNet(Classifier):
             raise ValueError(f"ResNet stem {stem!r}; use 'cifar' or 'imagenet'")
         self.depth, self.block_type, self.stem, self.blocks_per_stage = depth, block, stem, counts
         Block = BLOCKS[block]
-        stem_channels = _scaled(stem_channels, width)
+        stem_channels = scaled(stem_channels, width)
         if stem == "cifar":
             self.conv1 = layer.Conv2d(num_channels, stem_channels, 3, 1, 1, bias=False)
         else:
@@ -187,7 +183,7 @@ class ResNet(Classifier):
         self.blocks = []
         in_channels = stem_channels
         for stage, (channels, count) in enumerate(zip(stage_channels, counts)):
-            channels = _scaled(channels, width)
+            channels = scaled(channels, width)
             for i in range(count):
                 stride = 2 if stage > 0 and i == 0 else 1
                 self.blocks.append(Block(in_channels, channels, stride))

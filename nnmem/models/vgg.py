@@ -11,14 +11,10 @@ Layers are named by position: conv1 .. conv13, relu1 .. relu15, pool1 .. pool5, 
 dropout1, dropout2.
 """
 from nnmem import layer
-from nnmem.models.classifier import Classifier
+from nnmem.models.classifier import Classifier, scaled
 
 #: Channels per convolution; "M" is a max pool (configuration D of the paper).
 VGG16 = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
-
-
-def _scaled(channels, width):
-    return max(1, int(round(channels * width)))
 
 
 class VGG(Classifier):
@@ -32,12 +28,12 @@ class VGG(Classifier):
                 self._add(f"pool{pool}", layer.MaxPool2d(2, 2))
             else:
                 conv += 1
-                channels = _scaled(item, width)
+                channels = scaled(item, width)
                 self._add(f"conv{conv}", layer.Conv2d(in_channels, channels, 3, 1, 1))
                 self._add(f"relu{conv}", layer.ReLU())
                 in_channels = channels
         self.flatten = layer.Flatten()
-        hidden = _scaled(4096, width)
+        hidden = scaled(4096, width)
         self.fc1 = layer.Linear(hidden)
         setattr(self, f"relu{conv + 1}", layer.ReLU())
         self.dropout1 = layer.Dropout(0.5)

@@ -101,9 +101,10 @@ class Conv2d(Operator):
 
 def conv2d(x, W, b=None, stride=1, padding=0, algorithm="auto"):
     """Functional form: conv2d(x, W, b, stride, padding)."""
-    op = Conv2d(_pair(stride), _pair(padding), algorithm)
+    op = Conv2d(pair(stride), pair(padding), algorithm)
     return op(x, W) if b is None else op(x, W, b)
 
 
-def _pair(v):
+def pair(v):
+    """(v, v) for one int, else the two given values: SINGA's kernel/stride/padding sizes."""
     return (v, v) if isinstance(v, int) else tuple(v)

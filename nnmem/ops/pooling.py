@@ -6,6 +6,7 @@ a quarter of the input's elements for 2x2 windows, and backward needs nothing el
 import numpy as np
 
 from nnmem.autograd import SAME, Operator
+from nnmem.ops.conv import pair
 from nnmem.kernels import cpu as K
 
 
@@ -54,10 +55,7 @@ class Pooling2d(Operator):
 
 def pooling_2d(x, kernel, stride=None, padding=0, is_max=True):
     """Functional form; stride defaults to the kernel size."""
-    kernel = _pair(kernel)
-    stride = kernel if stride is None else _pair(stride)
-    return Pooling2d(kernel, stride, _pair(padding), is_max)(x)
+    kernel = pair(kernel)
+    stride = kernel if stride is None else pair(stride)
+    return Pooling2d(kernel, stride, pair(padding), is_max)(x)
 
-
-def _pair(v):
-    return (v, v) if isinstance(v, int) else tuple(v)
