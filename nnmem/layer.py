@@ -118,7 +118,11 @@ def _to_numpy(t):
 
 
 def _param(shape, x, requires_grad=True):
-    """A parameter (stores_grad) or a state tensor on x's device with x's float dtype."""
+    """A parameter (stores_grad) or a state tensor on x's device with x's float dtype.
+
+    Layers assign it to an attribute first and fill it afterwards: the assignment names it
+    (conv1.W), so if filling it (its first write, the allocation) runs out of memory, the
+    report names the parameter instead of an anonymous tensor."""
     return Tensor(shape, x.device, x.dtype, requires_grad=requires_grad,
                   stores_grad=requires_grad)
 
@@ -143,9 +147,11 @@ class Linear(Layer):
                              f"{self.in_features} but the input has {x.shape[1]} features")
         self.in_features = x.shape[1]
         std = math.sqrt(2.0 / (self.in_features + self.out_features))
-        self.W = _param((self.in_features, self.out_features), x).gaussian(0.0, std)
+        self.W = _param((self.in_features, self.out_features), x)
+        self.W.gaussian(0.0, std)
         if self.bias:
-            self.b = _param((self.out_features,), x).set_value(0.0)
+            self.b = _param((self.out_features,), x)
+            self.b.set_value(0.0)
 
     def forward(self, x):
         if x.ndim() != 2 or x.shape[1] != self.in_features:
@@ -189,9 +195,11 @@ class Conv2d(Layer):
         self.in_channels = x.shape[1]
         kh, kw = self.kernel_size
         std = math.sqrt(2.0 / (self.in_channels * kh * kw + self.nb_kernels))
-        self.W = _param((self.nb_kernels, self.in_channels, kh, kw), x).gaussian(0.0, std)
+        self.W = _param((self.nb_kernels, self.in_channels, kh, kw), x)
+        self.W.gaussian(0.0, std)
         if self.bias:
-            self.b = _param((self.nb_kernels,), x).set_value(0.0)
+            self.b = _param((self.nb_kernels,), x)
+            self.b.set_value(0.0)
 
     def forward(self, x):
         if x.ndim() != 4 or x.shape[1] != self.in_channels:
@@ -242,10 +250,14 @@ class BatchNorm2d(Layer):
             raise ValueError(f"{self.full_name() or 'BatchNorm2d'}: declared {self.num_features} "
                              f"features but the input {x.shape} has {c} channels")
         self.num_features = c
-        self.scale = _param((c,), x).set_value(1.0)
-        self.bias = _param((c,), x).set_value(0.0)
-        self.running_mean = _param((c,), x, requires_grad=False).set_value(0.0)
-        self.running_var = _param((c,), x, requires_grad=False).set_value(1.0)
+        self.scale = _param((c,), x)
+        self.scale.set_value(1.0)
+        self.bias = _param((c,), x)
+        self.bias.set_value(0.0)
+        self.running_mean = _param((c,), x, requires_grad=False)
+        self.running_mean.set_value(0.0)
+        self.running_var = _param((c,), x, requires_grad=False)
+        self.running_var.set_value(1.0)
 
     def forward(self, x):
         return autograd.batchnorm_2d(x, self.scale, self.bias, self.running_mean,

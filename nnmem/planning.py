@@ -11,6 +11,11 @@ ways, exactly as ``model.compile`` and graph mode would on a real device:
 
 Because the planner is the graph compiler itself, running on the same allocator, its peak is
 the peak a real graph-mode iteration measures in the pool, byte for byte.
+
+``smallest_pool(model, input_shape)`` runs training steps and an evaluation on a planning device,
+eagerly or in graph mode, and returns the pool size they need, fragmentation included.
+``largest_fitting(fits, candidates)`` searches a growing list (depths, batch sizes) for the
+last one that fits a budget.
 """
 from typing import NamedTuple
 
@@ -48,16 +53,10 @@ def plan(model, input_shape, recompute="cost-aware", sequential=False, optimizer
          num_classes=None, dtype=np.float32):
     """A StepPlan for training `model` (a new, uninitialised Model: it is compiled on a
     planning device) on batches of `input_shape` (batch first) with class-id labels."""
-    input_shape = tuple(int(s) for s in input_shape)
-    if len(input_shape) < 2 or min(input_shape) <= 0:
-        raise ValueError(f"input shape {input_shape}: give (batch, ...) with positive sizes, "
-                         "e.g. (16, 3, 224, 224)")
     dev = device.create_planning_device()
-    model.set_optimizer(optimizer or opt.SGD(lr=0.01, momentum=0.9))
-    tx = tensor.PlaceHolder(input_shape, dev, dtype)
-    ty = tensor.PlaceHolder((input_shape[0],), dev, tensor.int32)
+    tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     model.compile([tx], is_train=True, use_graph=True, sequential=sequential)
-    tx.set_value(0)
+    tx.set_value(0)  # written, so that reading them is allowed (a planning device only allocates)
     ty.set_value(0)
     model(tx, ty)  # records and compiles (liveness), runs nothing
     step = model.compiled_step(tx, ty)
@@ -68,8 +67,63 @@ def plan(model, input_shape, recompute="cost-aware", sequential=False, optimizer
         step.compile(sequential, strategy)
         techniques.append(_summarise(name, step))
     dev.recycle = True
-    return StepPlan(type(model).__name__, input_shape, step.persistent_bytes, len(step.recorded),
+    return StepPlan(type(model).__name__, tx.shape, step.persistent_bytes, len(step.recorded),
                     techniques)
+
+
+def smallest_pool(model, input_shape, use_graph=True, sequential=False, recompute="none",
+                  optimizer=None, dtype=np.float32):
+    """The smallest pool, in bytes, in which `model` (a new, uninitialised Model) trains on
+    batches of `input_shape` and is then evaluated on the same input tensor, as ``nnmem train``
+    does: the pool's high-water mark (fragmentation included) over compile, two training steps
+    (the first creates the optimizer's state) and an inference step, run on a planning device,
+    where every allocation happens and no kernel runs. In graph mode it is exact: a byte less
+    runs out of memory. Eagerly it is enough, and a little less may do: in a smaller pool, best
+    fit places the blocks differently."""
+    dev = device.create_planning_device()
+    tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
+    model.compile([tx], is_train=True, use_graph=use_graph, sequential=sequential,
+                  recompute=recompute)
+    tx.set_value(0)
+    ty.set_value(0)
+    for _ in range(2):
+        model(tx, ty)
+    model.eval()
+    model(tx)
+    return dev.memory_stats()["high_water_bytes"]
+
+
+def _inputs(model, input_shape, dev, optimizer, dtype):
+    """Set the optimizer (SGD with momentum by default) and return input and label tensors of
+    `input_shape` (batch first) on `dev`."""
+    input_shape = tuple(int(s) for s in input_shape)
+    if len(input_shape) < 2 or min(input_shape) <= 0:
+        raise ValueError(f"input shape {input_shape}: give (batch, ...) with positive sizes, "
+                         "e.g. (16, 3, 224, 224)")
+    model.set_optimizer(optimizer or opt.SGD(lr=0.01, momentum=0.9))
+    tx = tensor.PlaceHolder(input_shape, dev, dtype)
+    ty = tensor.PlaceHolder((input_shape[0],), dev, tensor.int32)
+    return tx, ty
+
+
+def largest_fitting(fits, candidates):
+    """The last of `candidates` (a sequence ordered by growing memory, e.g. depths or batch
+    sizes) for which fits(candidate) holds, or None if the first does not fit. As memory grows
+    with the candidates, the ones that fit are a prefix: probe the indices 1, 3, 7, 15, ...
+    (capped at the last) until one fails, then bisect between the last success and that
+    failure. That is O(log n) probes, most of them on small candidates, which plan fastest;
+    the search ends at the last candidate, however large the budget."""
+    if not candidates or not fits(candidates[0]):
+        return None
+    good, bad = 0, len(candidates)  # candidates[good] fits; none from candidates[bad] on does
+    step, bisecting = 1, False
+    while bad - good > 1:
+        probe = (good + bad) // 2 if bisecting else min(good + step, bad - 1)
+        if fits(candidates[probe]):
+            good, step = probe, step * 2
+        else:
+            bad, bisecting = probe, True
+    return candidates[good]
 
 
 def _summarise(name, step):

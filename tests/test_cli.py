@@ -1,14 +1,29 @@
-"""nnmem train: runs, reports per epoch, and answers bad input without a traceback."""
+"""nnmem train and nnmem plan: they run, report, and answer bad input on one line, never with
+a traceback."""
 import json
 import re
 
+import numpy as np
+import pytest
+
+from nnmem import device, tensor
 from nnmem.cli import main
+from nnmem.cli import plan as plan_command
+from nnmem.cli import train as train_command
+from nnmem.cli.divergence import StateCopy, first_nonfinite_layer
+from nnmem.data import load
+from nnmem.layer import Layer
+from nnmem.models import create_model
+from nnmem.planning import largest_fitting
+
+original_layer_call = Layer.__call__
 
 
 def test_train_reports_each_epoch(capsys):
     assert main(["train", "--epochs", "2", "--max-batches", "3", "--batch-size", "32"]) == 0
-    out = capsys.readouterr().out
-    lines = [l for l in out.splitlines() if l.startswith("epoch ")]
+    out, err = capsys.readouterr()
+    assert err == ""  # the progress bar shows on a terminal only
+    lines = [line for line in out.splitlines() if line.startswith("epoch ")]
     assert len(lines) == 2
     for line in lines:
         assert re.search(r"loss \d+\.\d+  test accuracy 0\.\d+  \d+ images/s  peak pool memory "
@@ -45,3 +60,213 @@ def test_bad_input_is_explained(capsys):
     assert main(["train", "--pool", "1MiB", "--max-batches", "1", "--epochs", "1"]) == 2
     err = capsys.readouterr().err
     assert "OutOfMemory" in err and "parameter" in err
+
+
+# -- bad flags: one line naming the flag and what it takes, never a traceback ---------------
+
+def one_line_error(capsys):
+    """The single line a failed command wrote to stderr (asserting there is exactly one)."""
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
+@pytest.mark.parametrize("flag,value,says", [
+    ("--batch-size", "0", "at least 1"),
+    ("--batch", "-3", "at least 1"),
+    ("--epochs", "-1", "at least 1"),
+    ("--epochs", "0", "at least 1"),
+    ("--max-batches", "0", "at least 1"),
+    ("--max-batches", "-1", "at least 1"),
+    ("--lr", "nan", "finite"),
+    ("--lr", "inf", "finite"),
+    ("--lr", "-0.1", "above 0"),
+    ("--lr", "fast", "a number"),
+    ("--momentum", "1.5", "below 1"),
+    ("--momentum", "-0.1", "at least 0"),
+    ("--weight-decay", "-1e-4", "0 or more"),
+    ("--weight-decay", "nan", "finite"),
+    ("--pool", "lots", "512MiB"),
+    ("--pool", "0", "at least 1 byte"),
+    ("--seed", "-1", "0 or more"),
+    ("--depth", "0", "at least 1"),
+])
+def test_train_refuses_a_bad_flag_on_one_line(capsys, flag, value, says):
+    assert main(["train", f"{flag}={value}"]) == 2  # "=": argparse reads -1e-4 as a flag
+    line = one_line_error(capsys)
+    assert line.startswith("nnmem train: error: argument ") and flag in line and says in line
+
+
+@pytest.mark.parametrize("flag,value,says", [
+    ("--width", "0", "above 0"),
+    ("--width", "-1", "above 0"),
+    ("--width", "nan", "finite"),
+    ("--batch", "0", "at least 1"),
+    ("--batch-size", "0", "at least 1"),
+    ("--depth", "-5", "at least 1"),
+    ("--num-classes", "0", "at least 1"),
+    ("--input", "3x0x32", "3x224x224"),
+    ("--budget", "0", "at least 1 byte"),
+])
+def test_plan_refuses_a_bad_flag_on_one_line(capsys, flag, value, says):
+    assert main(["plan", f"{flag}={value}"]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("nnmem plan: error: argument ") and flag in line and says in line
+
+
+def test_plan_names_the_valid_depths(capsys):
+    assert main(["plan", "--model", "resnet", "--depth", "21"]) == 2
+    assert "6n + 2" in one_line_error(capsys)
+
+
+def test_cuda_without_a_gpu_is_a_one_line_error(capsys):
+    assert main(["train", "--device", "cuda", "--epochs", "1", "--max-batches", "1"]) == 2
+    line = one_line_error(capsys)
+    assert "--device" in line and "use --device cpu" in line
+
+
+def test_a_batch_larger_than_the_data_set_names_the_largest(capsys):
+    assert main(["train", "--batch-size", "5000"]) == 2
+    line = one_line_error(capsys)
+    assert "--batch-size" in line and "at most 1437" in line
+
+
+# -- a diverging run stops at the step, naming the first layer that went non-finite ----------
+
+def test_a_diverging_run_names_the_step_and_the_layer(capsys):
+    assert main(["train", "--lr", "1e6", "--epochs", "1", "--max-batches", "10"]) == 2
+    line = one_line_error(capsys)
+    match = re.search(r"the loss is (nan|inf) at epoch 1, batch (\d+), and the first layer whose "
+                      r"output is not finite is (\w+)", line)
+    assert match, line
+    assert int(match.group(2)) > 1  # the first step, from finite parameters, is finite
+    assert match.group(3) in {"conv1", "conv2", "pooling1", "pooling2", "linear1", "linear2",
+                              "relu", "flatten"}
+    assert "lower --lr" in line
+
+
+def test_nan_in_the_data_is_blamed_on_the_data(capsys, monkeypatch):
+    def load_with_a_nan(name):
+        x_train, y_train, x_test, y_test = load(name)
+        x_train = x_train.copy()
+        x_train[:, 0, 14, 14] = np.nan  # every image: the first batch holds one
+        return x_train, y_train, x_test, y_test
+    monkeypatch.setattr(train_command, "load", load_with_a_nan)
+    assert main(["train", "--epochs", "1", "--max-batches", "2"]) == 2
+    line = one_line_error(capsys)
+    assert "epoch 1, batch 1" in line and "the input batch itself holds NaN" in line
+
+
+def test_the_states_copy_puts_a_model_back():
+    dev = device.create_cpu_device("64MiB")
+    model = create_model("mlp")
+    model.compile([tensor.PlaceHolder((4, 1, 28, 28), dev)], is_train=True)
+    copy = StateCopy(model)
+    before = {k: tensor.to_numpy(t) for k, t in model.get_states().items()}
+    for t in model.get_states().values():
+        t.set_value(np.nan)
+    copy.restore()
+    for k, t in model.get_states().items():
+        np.testing.assert_array_equal(tensor.to_numpy(t), before[k])
+
+
+def test_first_nonfinite_layer_finds_the_innermost_culprit_and_unwraps():
+    dev = device.create_cpu_device("64MiB")
+    model = create_model("mlp")
+    x = tensor.PlaceHolder((4, 1, 28, 28), dev)
+    model.compile([x], is_train=True)
+    x.copy_from_numpy(np.ones(x.shape, np.float32))
+    assert first_nonfinite_layer(model, x) is None
+    model.get_params()["Linear_1.W"].set_value(np.inf)
+    assert first_nonfinite_layer(model, x) == "Linear_1"
+    assert Layer.__call__ is original_layer_call
+
+
+# -- out of memory: the report, its notes, and the --pool that fits -------------------------
+
+def test_out_of_memory_names_the_pool_that_fits_and_it_does(capsys):
+    argv = ["train", "--model", "mlp", "--epochs", "2", "--max-batches", "2"]
+    assert main(argv + ["--pool", "256KiB"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "OutOfMemory" in err
+    match = re.search(r"mlp at batch 64 fits in a pool of .* \((\d+) bytes\): rerun with "
+                      r"--pool (\d+)MiB", err)
+    assert match, err
+    needed, suggested = int(match.group(1)), int(match.group(2))
+    assert main(argv + ["--pool", str(needed)]) == 0  # exactly enough, evaluation included
+    assert main(argv + ["--pool", f"{suggested}MiB"]) == 0
+    capsys.readouterr()
+    assert main(argv + ["--pool", str(needed - 256)]) == 2  # and not a block more than that
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"({needed} bytes): rerun with --pool" in err
+    assert "`nnmem plan`" in err  # graph mode's own note (model.py) reaches the command line
+
+
+# -- one vocabulary for both commands, and plan's defaults are what train runs ---------------
+
+def test_both_commands_take_batch_and_batch_size(capsys):
+    for flag in ("--batch", "--batch-size"):
+        assert main(["train", "--model", "mlp", "--epochs", "1", "--max-batches", "1",
+                     flag, "16"]) == 0
+        assert "batch 16" in capsys.readouterr().out
+        assert main(["plan", "--model", "mlp", flag, "16"]) == 0
+        assert "input 16x1x28x28" in capsys.readouterr().out
+
+
+def test_plan_defaults_to_what_train_runs(capsys):
+    x_train = load(train_command.DEFAULT_DATA)[0]
+    assert plan_command.TRAIN_SAMPLE == x_train.shape[1:]
+    assert main(["plan", "--model", "cnn"]) == 0
+    assert "CNN, input 64x1x28x28:" in capsys.readouterr().out
+
+
+def test_help_names_the_commands_that_exist(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "nnmem train" in out and "nnmem plan" in out and "later" not in out
+    assert "bench" not in out
+
+
+# -- the searches end, however large the budget ----------------------------------------------
+
+def test_find_depth_stops_at_its_limit(capsys, monkeypatch):
+    monkeypatch.setattr(plan_command, "MAX_SEARCH_DEPTH", 56)  # 1202 plans for half a minute
+    assert main(["plan", "--model", "resnet", "--find-depth", "--budget", "1000TiB"]) == 0
+    out = capsys.readouterr().out
+    assert "deepest ResNet that fits 1000.0 TiB: at least 56 (the search stops at 56)" in out
+    assert "ResNet, input 64x1x28x28" in out
+
+
+def test_find_batch_stops_at_its_limit(capsys):
+    assert main(["plan", "--model", "mlp", "--find-batch", "--budget", "1000TiB"]) == 0
+    out = capsys.readouterr().out
+    limit = plan_command.MAX_SEARCH_BATCH
+    assert f"largest batch that fits 1000.0 TiB: at least {limit} (the search stops at {limit})" \
+        in out
+
+
+@pytest.mark.parametrize("fitting", range(0, 21))
+def test_largest_fitting_finds_the_end_of_the_prefix_in_few_probes(fitting):
+    candidates = list(range(100, 120))
+    probed = []
+
+    def fits(c):
+        probed.append(c)
+        return c < 100 + fitting
+    expected = None if fitting == 0 else candidates[fitting - 1]
+    assert largest_fitting(fits, candidates) == expected
+    assert len(probed) <= 2 * 5 + 1  # gallop then bisect: O(log n), here n = 20
+
+
+def test_evaluation_pads_the_last_batch_and_counts_only_real_samples():
+    dev = device.create_cpu_device("64MiB")
+    dev.SetRandSeed(0)
+    model = create_model("mlp")
+    tx = tensor.PlaceHolder((64, 1, 28, 28), dev)
+    model.compile([tx], is_train=True, use_graph=True)
+    x, y = load("digits")[2:]  # 360 test images: five batches of 64 and one of 40
+    model.eval()
+    logits = tensor.to_numpy(model(tensor.from_numpy(x, dev)))
+    expected = float(np.mean(logits.argmax(axis=1) == y))
+    assert train_command.evaluate(model, tx, x, y) == expected

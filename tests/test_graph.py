@@ -378,3 +378,17 @@ def test_a_replay_reads_the_input_tensors_it_is_given():
         got = m(tensor.from_numpy(x, dev), tensor.from_numpy(y, dev))[1]
         want = reference(tensor.from_numpy(x, rdev), tensor.from_numpy(y, rdev))[1]
         assert tensor.to_numpy(got)[0] == tensor.to_numpy(want)[0]
+
+
+def test_a_planning_device_replays_with_new_input_tensors_without_bytes():
+    dev = device.create_planning_device()
+    m = create_model("mlp")
+    m.set_optimizer(opt.SGD(lr=0.1))
+    tx, ty = tensor.PlaceHolder((16, 1, 8, 8), dev), tensor.PlaceHolder((16,), dev, tensor.int32)
+    m.compile([tx], is_train=True, use_graph=True)
+    for x, y in ((tx, ty), (tensor.PlaceHolder((16, 1, 8, 8), dev),
+                            tensor.PlaceHolder((16,), dev, tensor.int32))):
+        x.set_value(0)
+        y.set_value(0)
+        m(x, y)
+    assert len(m._graphs) == 1

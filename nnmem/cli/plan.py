@@ -4,79 +4,110 @@ For baseline (every block kept until the step ends), liveness, and liveness + re
 it prints the peak, the lower bound, the live tensors at the peak, the operation where the
 peak happens and the extra recomputed operations; with --budget, which fit; with
 --find-depth / --find-batch, the deepest ResNet or the largest batch that fits.
+
+Without --input and --batch-size it plans the step that ``nnmem train`` runs for the same
+--model: a batch of 64 of the shipped digits (1x28x28).
 """
-from nnmem.memory import format_bytes, parse_bytes
-from nnmem.models import MODELS, create_model
-from nnmem.planning import plan
+import functools
+
+from nnmem.cli.arguments import UsageError, byte_size, positive_float, positive_int, sample_shape
+from nnmem.cli.train import DEFAULT_BATCH
+from nnmem.memory import format_bytes
+from nnmem.models import MODELS, create_model, resnet
+from nnmem.planning import largest_fitting, plan
+
+#: One sample of nnmem train's default data, the digits (nnmem.data.load_digits: 1x28x28).
+TRAIN_SAMPLE = (1, 28, 28)
+#: Models whose pooling shrinks a 28x28 image to nothing (they cannot train on the digits)
+#: are planned on the input of their papers instead.
+PAPER_SAMPLES = {"alexnet": (3, 227, 227), "vgg16": (3, 224, 224)}
+#: --find-depth stops at ResNet-1202, the deepest network of He et al. (2016); planning it
+#: takes seconds, and the search's cost grows with the depth it reaches.
+MAX_SEARCH_DEPTH = 1202
+#: --find-batch stops at 2**20 samples (planning costs the same at any batch size).
+MAX_SEARCH_BATCH = 2**20
 
 
 def add_parser(commands):
     p = commands.add_parser("plan", help="plan a training step's memory on shapes alone")
     p.add_argument("--model", default="resnet", help=f"one of {', '.join(sorted(MODELS))}")
-    p.add_argument("--depth", type=int, default=20, help="ResNet depth")
+    p.add_argument("--depth", type=positive_int, default=20, help="ResNet depth")
     p.add_argument("--stem", default=None, choices=["cifar", "imagenet"],
                    help="ResNet stem (default: imagenet for inputs of 64 pixels or more)")
     p.add_argument("--block", default=None, choices=["basic", "bottleneck"])
-    p.add_argument("--width", type=float, default=1.0, help="channel multiplier")
-    p.add_argument("--num-classes", type=int, default=None)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--input", default="3x32x32", help="one sample's shape, e.g. 3x224x224")
+    p.add_argument("--width", type=positive_float, default=1.0, help="channel multiplier")
+    p.add_argument("--num-classes", type=positive_int, default=None)
+    p.add_argument("--batch-size", "--batch", type=positive_int, default=DEFAULT_BATCH,
+                   help=f"samples per batch (default {DEFAULT_BATCH}, as nnmem train)")
+    p.add_argument("--input", type=sample_shape, default=None,
+                   help="one sample's shape, e.g. 3x224x224 (default: what nnmem train feeds "
+                        "the model, 1x28x28; 3x227x227 for alexnet, 3x224x224 for vgg16)")
     p.add_argument("--recompute", default="cost-aware",
                    choices=["speed", "memory", "cost-aware"])
-    p.add_argument("--budget", default=None, help="memory available, e.g. 12GiB, 512MiB, bytes")
+    p.add_argument("--budget", type=byte_size, default=None,
+                   help="memory available, e.g. 12GiB, 512MiB, bytes")
     search = p.add_mutually_exclusive_group()
     search.add_argument("--find-depth", action="store_true",
-                        help="the deepest ResNet that fits the budget")
+                        help=f"the deepest ResNet that fits the budget (up to {MAX_SEARCH_DEPTH})")
     search.add_argument("--find-batch", action="store_true",
-                        help="the largest batch that fits the budget")
+                        help=f"the largest batch that fits the budget (up to {MAX_SEARCH_BATCH})")
     p.set_defaults(run=run)
 
 
-def parse_shape(text):
-    """(3, 224, 224) from "3x224x224"."""
-    try:
-        shape = tuple(int(part) for part in text.lower().split("x"))
-    except ValueError:
-        shape = ()
-    if not shape or min(shape) <= 0:
-        raise ValueError(f"--input {text!r}: write one sample's shape as sizes joined by x, "
-                         "e.g. 3x224x224 or 784")
-    return shape
-
-
 def run(args):
-    sample = parse_shape(args.input)
-    budget = parse_bytes(args.budget) if args.budget is not None else None
-    if (args.find_depth or args.find_batch) and budget is None:
-        raise ValueError("--find-depth and --find-batch search against a memory budget: "
+    if args.model not in MODELS:
+        raise UsageError(f"argument --model: unknown model {args.model!r}; choose one of "
+                         f"{', '.join(sorted(MODELS))}")
+    if (args.find_depth or args.find_batch) and args.budget is None:
+        raise UsageError("--find-depth and --find-batch search against a memory budget: "
                          "add --budget, e.g. --budget 12GiB")
     if args.find_depth and args.model != "resnet":
-        raise ValueError("--find-depth searches ResNet depths: use --model resnet")
-    if args.model not in MODELS:
-        raise ValueError(f"unknown model {args.model!r}; choose one of {sorted(MODELS)}")
+        raise UsageError("argument --find-depth: it searches ResNet depths; use --model resnet")
+    sample = args.input or PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE)
+    # planned(batch, depth) -> StepPlan; cached, so that the search's winner is not planned twice
+    planned = functools.cache(functools.partial(_plan, args, sample))
     if args.find_depth:
-        depth = find_largest(lambda d: _fits(args, sample, args.batch, d, budget),
-                             valid_depths(args, sample), "depth")
-        print(f"deepest ResNet that fits {format_bytes(budget)}: "
-              f"{'none' if depth is None else depth}")
-        if depth is None:
-            return 0
-        args.depth = depth
+        args.depth = find_depth(args, planned, valid_depths(args, sample))
     elif args.find_batch:
-        batch = find_largest(lambda b: _fits(args, sample, b, args.depth, budget),
-                             _counting(), "batch")
-        print(f"largest batch that fits {format_bytes(budget)}: "
-              f"{'none' if batch is None else batch}")
-        if batch is None:
-            return 0
-        args.batch = batch
-    print_plan(_plan(args, sample, args.batch, args.depth), budget)
+        args.batch_size = find_batch(args, planned)
+    if args.depth is None or args.batch_size is None:
+        return 0  # the search found nothing that fits: there is no plan to print
+    print_plan(planned(args.batch_size, args.depth), args.budget)
     return 0
 
 
+def find_depth(args, planned, depths):
+    """Print and return the deepest of `depths` that fits --budget (None if none does)."""
+    depth = largest_fitting(lambda d: planned(args.batch_size, d).best().fits(args.budget),
+                            depths)
+    print(f"deepest ResNet that fits {format_bytes(args.budget)}: {_found(depth, depths)}")
+    return depth
+
+
+def find_batch(args, planned):
+    """Print and return the largest batch that fits --budget (None if none does)."""
+    batches = range(1, MAX_SEARCH_BATCH + 1)
+    batch = largest_fitting(lambda b: planned(b, args.depth).best().fits(args.budget), batches)
+    print(f"largest batch that fits {format_bytes(args.budget)}: {_found(batch, batches)}")
+    return batch
+
+
+def _found(value, candidates):
+    """How a search's result reads: "none", the value, or, when the search reached its last
+    candidate, "at least N (the search stops at N)"."""
+    if value is None:
+        return "none"
+    if value == candidates[-1]:
+        return f"at least {value} (the search stops at {value})"
+    return str(value)
+
+
+def _stem(args, sample):
+    return args.stem or ("imagenet" if len(sample) == 3 and min(sample[1:]) >= 64 else "cifar")
+
+
 def _model(args, sample, depth):
-    stem = args.stem or ("imagenet" if len(sample) == 3 and min(sample[1:]) >= 64 else "cifar")
-    kwargs = dict(depth=depth, stem=stem, block=args.block, width=args.width,
+    kwargs = dict(depth=depth, stem=_stem(args, sample), block=args.block, width=args.width,
                   num_channels=sample[0])
     if args.num_classes:
         kwargs["num_classes"] = args.num_classes
@@ -85,10 +116,6 @@ def _model(args, sample, depth):
 
 def _plan(args, sample, batch, depth):
     return plan(_model(args, sample, depth), (batch,) + sample, recompute=args.recompute)
-
-
-def _fits(args, sample, batch, depth, budget):
-    return _plan(args, sample, batch, depth).best().fits(budget)
 
 
 def print_plan(step, budget):
@@ -109,45 +136,19 @@ def print_plan(step, budget):
 
 
 def valid_depths(args, sample):
-    """ResNet depths that build, in increasing order (8, 10, ... skipping invalid ones)."""
-    depth = 8
-    while True:
+    """The ResNet depths up to MAX_SEARCH_DEPTH that build with these flags, in increasing
+    order; the ResNet's own rules decide (6n + 2, 9n + 2, ...), without building a network.
+    With the CIFAR stem and no --block, the basic-block depths (8, 14, 20, ...): mixed in, the
+    bottleneck-only depths (11, 29, ...) need more memory than their basic neighbours, and
+    the search needs memory that grows with the depth."""
+    cifar = _stem(args, sample) == "cifar"
+    rules = resnet.cifar_plan if cifar else resnet.imagenet_plan
+    block = args.block or ("basic" if cifar else None)
+    depths = []
+    for depth in range(1, MAX_SEARCH_DEPTH + 1):
         try:
-            _model(args, sample, depth)
-            yield depth
+            rules(depth, block)
         except ValueError:
-            pass
-        depth += 1
-
-
-def _counting():
-    n = 1
-    while True:
-        yield n
-        n += 1
-
-
-def find_largest(fits, candidates, what):
-    """The largest candidate for which fits() holds, assuming it holds for a prefix: grow the
-    index exponentially until it fails, then bisect between the last success and the failure."""
-    values = []
-
-    def value(i):
-        while len(values) <= i:
-            values.append(next(candidates))
-        return values[i]
-    if not fits(value(0)):
-        return None
-    good, step = 0, 1
-    while fits(value(good + step)):
-        good, step = good + step, step * 2
-        if good > 100_000:
-            raise ValueError(f"--find-{what}: still fits at {value(good)}; the budget is no limit")
-    bad = good + step
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        if fits(value(middle)):
-            good = middle
-        else:
-            bad = middle
-    return value(good)
+            continue
+        depths.append(depth)
+    return depths

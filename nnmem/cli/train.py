@@ -1,36 +1,48 @@
 """nnmem train: train a zoo model on a data set and report, per epoch, the loss, the test
 accuracy, images per second and the pool's peak memory."""
+import functools
+import itertools
 import json
+import math
 import os
 import time
 
 import numpy as np
+from tqdm import tqdm
 
 from nnmem import device, opt, tensor
-from nnmem.cli.progress import ProgressBar
+from nnmem.cli import arguments
+from nnmem.cli.arguments import UsageError
+from nnmem.cli.divergence import StateCopy, first_nonfinite_layer
 from nnmem.data import iterate_batches, load
-from nnmem.memory import format_bytes
+from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.memory.timeline import plot_timelines
 from nnmem.models import MODELS, create_model
+from nnmem.planning import smallest_pool
 from nnmem.timelines import step_timelines
+
+DEFAULT_DATA = "digits"
+DEFAULT_BATCH = 64
 
 
 def add_parser(commands):
     p = commands.add_parser("train", help="train a model (default: the SINGA CNN on the "
                                           "embedded digits)")
     p.add_argument("--model", default="cnn", choices=sorted(MODELS))
-    p.add_argument("--depth", type=int, default=20, help="ResNet depth (CIFAR: 6n+2 or 9n+2)")
-    p.add_argument("--data", default="digits", help="digits, mnist:DIR or cifar10:DIR")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.02)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--weight-decay", type=float, default=1e-5)
+    p.add_argument("--depth", type=arguments.positive_int, default=20,
+                   help="ResNet depth (CIFAR: 6n+2 or 9n+2)")
+    p.add_argument("--data", default=DEFAULT_DATA, help="digits, mnist:DIR or cifar10:DIR")
+    p.add_argument("--epochs", type=arguments.positive_int, default=10)
+    p.add_argument("--batch-size", "--batch", type=arguments.positive_int, default=DEFAULT_BATCH)
+    p.add_argument("--lr", type=arguments.positive_float, default=0.02)
+    p.add_argument("--momentum", type=arguments.momentum, default=0.9)
+    p.add_argument("--weight-decay", type=arguments.non_negative_float, default=1e-5)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--pool", default=None, help="pool size, e.g. 512MiB (default 2GiB)")
+    p.add_argument("--pool", type=arguments.byte_size, default=None,
+                   help="pool size, e.g. 512MiB (default 2GiB)")
     p.add_argument("--no-graph", action="store_true", help="run every step eagerly")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-batches", type=int, default=None,
+    p.add_argument("--seed", type=arguments.non_negative_int, default=0)
+    p.add_argument("--max-batches", type=arguments.positive_int, default=None,
                    help="stop each epoch after this many batches (quick runs)")
     p.add_argument("--timeline", metavar="PNG", default=None,
                    help="before training, plot one step's memory (no recycling, eager, graph) "
@@ -41,17 +53,51 @@ def add_parser(commands):
 
 def run(args):
     x_train, y_train, x_test, y_test = load(args.data)
+    if args.batch_size > len(x_train):
+        raise UsageError(f"argument --batch-size/--batch: {args.batch_size} is more than the "
+                         f"{len(x_train)} training images of {args.data}; use at most "
+                         f"{len(x_train)}")
     num_classes = int(max(y_train.max(), y_test.max())) + 1
-    dev = device.create_cuda_gpu() if args.device == "cuda" else \
-        device.create_cpu_device(args.pool)
+    dev = create_device(args)
+    try:
+        # A run that overflows is stopped by train() with the step and the layer; NumPy's
+        # overflow warnings, printed before that, would only bury the explanation.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            train(args, dev, (x_train, y_train, x_test, y_test), num_classes)
+    except OutOfMemory as e:
+        e.add_note(pool_hint(args, x_train.shape[1:], num_classes))
+        raise
+    return 0
+
+
+def create_device(args):
+    """The device --device names; one this machine cannot provide is a usage error."""
+    if args.device == "cpu":
+        return device.create_cpu_device(args.pool)
+    try:
+        return device.create_cuda_gpu()
+    except device.DeviceUnavailable as e:
+        raise UsageError(f"argument --device: cuda is not available ({e}); use --device cpu") \
+            from None
+
+
+def make_model(args, num_classes, num_channels):
+    """The model the flags describe (new, uninitialised)."""
+    return create_model(args.model, num_classes=num_classes, num_channels=num_channels,
+                        depth=args.depth)
+
+
+def make_optimizer(args):
+    return opt.SGD(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+
+
+def train(args, dev, data, num_classes):
+    """Compile the model, then train it epoch by epoch, printing one line per epoch."""
+    x_train, y_train, x_test, y_test = data
     dev.SetRandSeed(args.seed)
-    model = create_model(args.model, num_classes=num_classes, num_channels=x_train.shape[1],
-                         depth=args.depth)
-    model.set_optimizer(opt.SGD(lr=args.lr, momentum=args.momentum,
-                                weight_decay=args.weight_decay))
+    model = make_model(args, num_classes, x_train.shape[1])
+    model.set_optimizer(make_optimizer(args))
     batch = args.batch_size
-    if batch > len(x_train):
-        raise ValueError(f"--batch-size {batch} is larger than the {len(x_train)} training images")
     tx = tensor.PlaceHolder((batch,) + x_train.shape[1:], dev)
     ty = tensor.PlaceHolder((batch,), dev, tensor.int32)
     model.compile([tx], is_train=True, use_graph=not args.no_graph, sequential=False)
@@ -61,35 +107,80 @@ def run(args):
     if args.timeline:
         plot_step_timelines(args, x_train[:batch], y_train[:batch], num_classes)
     steps = len(x_train) // batch
-    if args.max_batches:
+    if args.max_batches is not None:
         steps = min(steps, args.max_batches)
+    before_step = StateCopy(model)
     for epoch in range(args.epochs):
-        model.train()
         dev.reset_peak_memory_stats()
-        bar = ProgressBar(steps, f"epoch {epoch + 1}/{args.epochs}")
-        start, losses = time.perf_counter(), []
-        batches = iterate_batches(x_train, y_train, batch, seed=args.seed, drop_last=True,
-                                  epoch=epoch)
-        for step, (x, y) in zip(range(steps), batches):
-            tx.copy_from_numpy(x)
-            ty.copy_from_numpy(y)
-            _, loss = model(tx, ty)
-            losses.append(float(tensor.to_numpy(loss)[0]))
-            bar.update(step + 1, f"loss {losses[-1]:.4f}")
+        start = time.perf_counter()
+        losses = train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps)
         seconds = time.perf_counter() - start
         peak = dev.memory_stats()["allocated_bytes.peak"]
-        accuracy = evaluate(model, dev, x_test, y_test, batch)
+        accuracy = evaluate(model, tx, x_test, y_test)
         print(f"epoch {epoch + 1}: loss {np.mean(losses):.4f}  test accuracy {accuracy:.4f}  "
               f"{steps * batch / seconds:.0f} images/s  peak pool memory {format_bytes(peak)}")
-    return 0
+
+
+def train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps):
+    """Train on `steps` shuffled batches, copied into tx and ty; return their losses. A loss
+    that is NaN or Inf stops the run (see diverged)."""
+    model.train()
+    batches = iterate_batches(x_train, y_train, args.batch_size, seed=args.seed, drop_last=True,
+                              epoch=epoch)
+    losses = []
+    # disable=None: a bar on a terminal only, none in a log file or a captured stream.
+    with tqdm(total=steps, desc=f"epoch {epoch + 1}/{args.epochs}", unit="batch", leave=False,
+              disable=None) as bar:
+        for step, (x, y) in enumerate(itertools.islice(batches, steps)):
+            tx.copy_from_numpy(x)
+            ty.copy_from_numpy(y)
+            before_step.save()
+            _, loss = model(tx, ty)
+            losses.append(float(tensor.to_numpy(loss)[0]))
+            if not math.isfinite(losses[-1]):
+                raise diverged(args, model, before_step, tx, x, losses[-1], epoch, step)
+            bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
+            bar.update()
+    return losses
+
+
+def diverged(args, model, before_step, tx, x, loss, epoch, step):
+    """The error that stops a run whose loss is NaN or Inf: the step, the first layer whose
+    output was not finite, and what to change. The model's states are put back as they were
+    before that step (its update wrote NaN into them), to find the layer and to stay so."""
+    where = f"the loss is {loss} at epoch {epoch + 1}, batch {step + 1}"
+    before_step.restore()
+    if not np.isfinite(x).all():
+        return FloatingPointError(f"{where}: the input batch itself holds NaN or Inf values; "
+                                  f"check the data set ({args.data})")
+    try:
+        layer = first_nonfinite_layer(model, tx)
+    except OutOfMemory:
+        layer = "unknown (the pool has no room to run the forward pass again)"
+    finally:
+        before_step.restore()  # the pass moved BatchNorm's running statistics
+    culprit = (f"the first layer whose output is not finite is {layer}" if layer else
+               "every layer's output is finite, the loss itself is not")
+    return FloatingPointError(f"{where}, and {culprit}: the run diverged; lower --lr "
+                              f"(now {args.lr:g})")
+
+
+def pool_hint(args, sample, num_classes):
+    """The note an out-of-memory error gets on the command line: a pool this run fits in, as a
+    --pool value, measured on a planning device (every allocation, no kernel)."""
+    needed = smallest_pool(make_model(args, num_classes, sample[0]),
+                           (args.batch_size,) + sample, use_graph=not args.no_graph,
+                           optimizer=make_optimizer(args))
+    mib = math.ceil(needed / 2**20)
+    return (f"nnmem train: {args.model} at batch {args.batch_size} fits in a pool of "
+            f"{format_bytes(needed)} ({needed} bytes): rerun with --pool {mib}MiB, or with a "
+            "smaller --batch-size")
 
 
 def plot_step_timelines(args, x, y, num_classes):
     """Measure one step three ways on throwaway copies of the model, and plot them."""
-    def make_model():
-        return create_model(args.model, num_classes=num_classes, num_channels=x.shape[1],
-                            depth=args.depth)
-    timelines, plan = step_timelines(make_model, x, y, args.pool, args.seed)
+    timelines, plan = step_timelines(functools.partial(make_model, args, num_classes, x.shape[1]),
+                                     x, y, args.pool, args.seed)
     for t in timelines.values():
         position, name = t.peak_step()
         print(f"  {t.label:13} peak {format_bytes(t.peak):>10} at step {position} ({name})")
@@ -105,11 +196,25 @@ def plot_step_timelines(args, x, y, num_classes):
     print(f"  timeline written to {args.timeline} (data: {data_path})")
 
 
-def evaluate(model, dev, x, y, batch):
-    """Accuracy in inference mode (BatchNorm uses running statistics, no dropout)."""
+def evaluate(model, tx, x, y):
+    """Accuracy in inference mode (BatchNorm uses running statistics, no dropout), batch by
+    batch through the training input tensor `tx`: one shape, so graph mode records a single
+    inference graph and no batch tensor is allocated. The last, partial batch is padded with
+    zeros and the padding's predictions are dropped."""
     model.eval()
+    batch = tx.shape[0]
     correct = 0
-    for xb, yb in iterate_batches(x, y, batch, shuffle=False):
-        logits = tensor.to_numpy(model(tensor.from_numpy(xb, dev)))
+    for start in range(0, len(y), batch):
+        xb, yb = x[start:start + batch], y[start:start + batch]
+        tx.copy_from_numpy(_pad(xb, batch))
+        logits = tensor.to_numpy(model(tx))[:len(yb)]
         correct += int((logits.argmax(axis=1) == yb).sum())
     return correct / len(y)
+
+
+def _pad(xb, batch):
+    """xb with zero samples appended up to `batch` samples."""
+    if len(xb) == batch:
+        return xb
+    padding = np.zeros((batch - len(xb),) + xb.shape[1:], xb.dtype)
+    return np.concatenate([xb, padding])

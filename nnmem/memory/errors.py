@@ -45,6 +45,11 @@ class OutOfMemory(MemoryError):
 
     ``free_bytes >= request > largest_free_block`` means the pool is
     *fragmented*: there is enough memory in total, but not in one piece.
+    Otherwise the pool must grow to at least ``capacity_lower_bound`` bytes
+    (those in use plus this request; holes between live blocks and later
+    requests may need more). The report says both, and how to fix it; callers
+    that know more (the command line knows its flags) add notes with
+    ``add_note``.
     """
 
     MAX_LISTED = 10
@@ -77,6 +82,11 @@ class OutOfMemory(MemoryError):
         """True when enough bytes are free in total, but no single free segment is big enough."""
         return self.free_bytes >= self.request > self.largest_free_block
 
+    @property
+    def capacity_lower_bound(self) -> int:
+        """The bytes in use plus this request: no smaller pool could have served it."""
+        return self.capacity - self.free_bytes + self.request
+
     def _message(self) -> str:
         fb = format_bytes
         asked = f"{fb(self.request)} ({self.request} bytes"
@@ -103,10 +113,17 @@ class OutOfMemory(MemoryError):
                 "  - the pool is fragmented: enough bytes are free in total but not in one piece; "
                 "free long-lived blocks earlier, allocate them first, or use a larger pool;"
             )
-        lines.append(
-            "  - use a larger pool, e.g. device.create_cpu_device(pool_bytes=...) "
-            f"with more than {fb(self.capacity)};"
-        )
+            lines.append(
+                "  - use a larger pool, e.g. device.create_cpu_device(pool_bytes=...) "
+                f"with more than {fb(self.capacity)};"
+            )
+        else:
+            needed = self.capacity_lower_bound
+            lines.append(
+                f"  - use a pool of at least {fb(needed)} ({needed} bytes: those in use plus "
+                "this request; later requests may need more), e.g. "
+                "device.create_cpu_device(pool_bytes=...);"
+            )
         lines.append("  - or use a smaller batch size, so that activations need fewer bytes.")
         return "\n".join(lines)
 

@@ -13,6 +13,7 @@ class SoftMaxCrossEntropy(Operator):
             raise ValueError(f"softmax_cross_entropy: logits of shape {x.shape}; need (batch, "
                              "classes) (add a Flatten/Linear before the loss)")
         n, c = x.shape
+        _check_not_empty("softmax_cross_entropy", n)
         if t.shape == (n,):
             if t.dtype.kind != "i":
                 raise TypeError(f"softmax_cross_entropy: class-id labels must be int32, not "
@@ -47,6 +48,7 @@ class MeanSquareError(Operator):
             raise ValueError(f"mse: prediction {x.shape} {x.dtype} and target {t.shape} {t.dtype}"
                              " must have the same shape and dtype")
         n = x.shape[0] if x.ndim() else 1
+        _check_not_empty("mse", n)
         shape2d = (n, x.size() // max(n, 1))
         loss, err = self.output((1,), x.dtype), self.output(x.shape, x.dtype)
         self.run(lambda loss_, err_, x_, t_: K.mse_forward(
@@ -64,6 +66,12 @@ class MeanSquareError(Operator):
                                                           err_.reshape(shape2d)),
                  reads=(dloss, err), writes=(dx,), inplace=((dx, err),))
         return dx, None
+
+
+def _check_not_empty(loss, n):
+    if n == 0:
+        raise ValueError(f"{loss}: an empty batch (0 samples) has no mean loss; give at least "
+                         "one sample")
 
 
 def softmax_cross_entropy(x, t):
