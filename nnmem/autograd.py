@@ -17,7 +17,7 @@ import types
 
 import numpy as np
 
-#: Operator.run's `recompute` value for a call that may simply be run again.
+#: Operator.run's `rebuild` value for a call that may simply be run again.
 SAME = "same"
 
 _local = threading.local()  # this thread's training flag and layer-name scope
@@ -125,17 +125,17 @@ class Operator:
         desc = f"{self.label} {tuple(shape)} {dtype}"
         return Tensor._on_block(self.device.new_block(nbytes, desc), shape, dtype, self.device)
 
-    def run(self, fn, reads, writes, inplace=(), recompute=None):
+    def run(self, fn, reads, writes, inplace=(), rebuild=None):
         """Submit a kernel call to the device: it runs ``fn(*write_arrays, *read_arrays)``.
 
         `inplace` lists (output, input) pairs where the output may take the input's memory
         when this operation is the input's last reader (the kernel must be elementwise-safe).
-        `recompute` says how a cheap forward operation can be run again, exactly, in backward
+        `rebuild` says how a cheap forward operation can be run again, exactly, in backward
         (SuperNeurons' recomputation): SAME (the call itself is a pure function of its reads),
         or (fn, reads, writes) of a call that rebuilds the outputs from tensors kept anyway.
         """
         self.device.exec(fn, reads, writes, name=self.label, inplace=inplace, phase=self.phase,
-                         recompute=recompute)
+                         rebuild=rebuild)
 
     def save(self, *tensors):
         """Keep tensors for backward (only when a gradient will be computed).

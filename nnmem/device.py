@@ -44,7 +44,8 @@ class Device:
                  network-wide allocation, the baseline every memory technique is measured
                  against); outside a step, blocks are freed at once.
     recorder  -- while a Model records its step, exec calls are appended to it, not run.
-    timeline  -- when a list, every exec appends (name, allocated bytes, live blocks).
+    memory_samples -- when a list, every kernel run appends (name, allocated bytes, live
+                 blocks): the raw data of a measured Timeline (nnmem.measure).
     """
 
     lang = "cpp"
@@ -70,7 +71,7 @@ class Device:
         self._steps_running = 0
         self.committed = False  # has the running step begun to update its parameters?
         self.recorder = None
-        self.timeline = None
+        self.memory_samples = None
         self.verbosity, self.skip_iterations, self.iteration = 0, 0, 0
         self.profile = defaultdict(lambda: [0.0, 0])  # name -> [seconds, calls]
         self._rng_state = None
@@ -138,20 +139,20 @@ class Device:
         return self._rng_state
 
     # -- execution ------------------------------------------------------------------------
-    def exec(self, fn, reads, writes, name="", inplace=(), phase="forward", recompute=None):
+    def exec(self, fn, reads, writes, name="", inplace=(), phase="forward", rebuild=None):
         """Run ``fn(*write_arrays, *read_arrays)``; `reads` and `writes` are tensors.
 
         Written blocks are allocated here, just before their first writer (lazy allocation);
         a read of a block nobody wrote raises instead of returning garbage. While a model
         records its step the call is only buffered (SINGA): nothing runs, nothing is allocated.
-        `phase` ("forward", "backward", "update") and `recompute` (see Operator.run) are kept
+        `phase` ("forward", "backward", "update") and `rebuild` (see Operator.run) are kept
         in the recording for the recomputation pass.
         """
         with self.lock:
             if self.dry_run:
                 return
             if self.recorder is not None:
-                self.recorder.record(fn, reads, writes, name, inplace, phase, recompute)
+                self.recorder.record(fn, reads, writes, name, inplace, phase, rebuild)
                 return
             for t in reads:
                 t.block.check_written()
@@ -170,9 +171,10 @@ class Device:
             entry[1] += 1
         else:
             fn(*arrays)
-        if self.timeline is not None:
+        if self.memory_samples is not None:
             stats = self.pool.stats()
-            self.timeline.append((name, stats["allocated_bytes.current"], stats["active_blocks"]))
+            self.memory_samples.append((name, stats["allocated_bytes.current"],
+                                        stats["active_blocks"]))
 
     # -- SINGA's device methods -------------------------------------------------------------
     def SetRandSeed(self, seed):

@@ -44,7 +44,7 @@ class Model(Layer):
         self.training = True
         self.graph_mode = False
         self.sequential = False
-        self.recompute = "none"
+        self.recompute_strategy = "none"
         self.initialized = False
         self.optimizer = _NoOptimizer()
         self._graphs = {}  # (training, input shapes and dtypes) -> CompiledStep
@@ -67,7 +67,7 @@ class Model(Layer):
         if recompute != "none" and not use_graph:
             raise ValueError("recomputation rewrites a recorded step: compile with "
                              "use_graph=True to use recompute=" + repr(recompute))
-        self.recompute = recompute
+        self.recompute_strategy = recompute
         dev = inputs[0].device
         with dev.lock:  # the dry run switch is the device's: no other thread's op may see it
             dev.dry_run = True
@@ -172,10 +172,10 @@ class Model(Layer):
         label = f"{type(self).__name__} ({'training' if self.training else 'inference'}, {shapes})"
         try:
             compiled = CompiledStep(dev, recorder, inputs, result, self.sequential, label,
-                                    self.recompute)
+                                    self.recompute_strategy)
         except OutOfMemory as e:
             e.add_note(f"graph mode planned this step ({label}) with recompute="
-                       f"{self.recompute!r}: compile(..., recompute='cost-aware') lowers its "
+                       f"{self.recompute_strategy!r}: compile(..., recompute='cost-aware') lowers its "
                        "peak; `nnmem plan` shows the figures of each technique beforehand")
             raise
         self._graphs[key] = compiled

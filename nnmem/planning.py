@@ -14,8 +14,6 @@ the peak a real graph-mode iteration measures in the pool, byte for byte.
 
 ``smallest_pool(model, input_shape)`` runs training steps and an evaluation on a planning device,
 eagerly or in graph mode, and returns the pool size they need, fragmentation included.
-``largest_fitting(fits, candidates)`` searches a growing list (depths, batch sizes) for the
-last one that fits a budget.
 """
 from typing import NamedTuple
 
@@ -106,31 +104,11 @@ def _inputs(model, input_shape, dev, optimizer, dtype):
     return tx, ty
 
 
-def largest_fitting(fits, candidates):
-    """The last of `candidates` (a sequence ordered by growing memory, e.g. depths or batch
-    sizes) for which fits(candidate) holds, or None if the first does not fit. As memory grows
-    with the candidates, the ones that fit are a prefix: probe the indices 1, 3, 7, 15, ...
-    (capped at the last) until one fails, then bisect between the last success and that
-    failure. That is O(log n) probes, most of them on small candidates, which plan fastest;
-    the search ends at the last candidate, however large the budget."""
-    if not candidates or not fits(candidates[0]):
-        return None
-    good, bad = 0, len(candidates)  # candidates[good] fits; none from candidates[bad] on does
-    step, bisecting = 1, False
-    while bad - good > 1:
-        probe = (good + bad) // 2 if bisecting else min(good + step, bad - 1)
-        if fits(candidates[probe]):
-            good, step = probe, step * 2
-        else:
-            bad, bisecting = probe, True
-    return candidates[good]
-
-
 def _summarise(name, step):
     timeline = step.timeline
     position, operation = timeline.peak_step()
     timeline.label = name
-    return TechniquePlan(name, step.persistent_bytes + step.plan.arena_bytes,
-                         step.persistent_bytes + step.plan.lower_bound,
+    return TechniquePlan(name, step.persistent_bytes + step.layout.arena_bytes,
+                         step.persistent_bytes + step.layout.lower_bound,
                          timeline.live[position], position, operation, step.recomputations,
                          timeline)

@@ -14,7 +14,7 @@ from nnmem.cli.divergence import StateCopy, first_nonfinite_layer
 from nnmem.data import load
 from nnmem.layer import Layer
 from nnmem.models import create_model
-from nnmem.planning import largest_fitting
+from nnmem.search import largest_fitting
 
 original_layer_call = Layer.__call__
 

@@ -282,7 +282,7 @@ def test_profiling_and_timelines():
     m.set_optimizer(opt.SGD(lr=0.1))
     tx, ty = tensor.PlaceHolder((8, 1, 28, 28), dev), tensor.PlaceHolder((8,), dev, tensor.int32)
     m.compile([tx], use_graph=True)
-    dev.timeline = []
+    dev.memory_samples = []
     for x, y in data:
         tx.copy_from_numpy(x)
         ty.copy_from_numpy(y)
@@ -290,10 +290,10 @@ def test_profiling_and_timelines():
     table = dev.time_profile_table()
     assert "over 2 step(s)" in table and "Conv2d" in table and "SGD update" in table
     compiled = m.compiled_step(tx, ty)
-    measured = [b for _, b, _ in dev.timeline[-len(compiled.calls):]]
+    measured = [b for _, b, _ in dev.memory_samples[-len(compiled.calls):]]
     # The planned timeline and the measured pool agree: the arena is one block all along.
     assert max(measured) == dev.memory_stats()["allocated_bytes.current"]
-    assert compiled.timeline.peak == max(compiled.timeline.bytes) >= compiled.plan.lower_bound
+    assert compiled.timeline.peak == max(compiled.timeline.bytes) >= compiled.layout.lower_bound
     assert len(compiled.timeline.bytes) == len(compiled.nodes)
     assert "conv1:Conv2d" in compiled.describe(limit=5)
 
@@ -306,7 +306,7 @@ def test_compiled_steps_of_a_device_share_one_arena():
     small = tensor.from_numpy(data[0][0][:3], dev)
     m(small)
     m(tensor.from_numpy(data[0][0], dev))
-    plans = [c.plan.arena_bytes for c in m._graphs.values()]
+    plans = [c.layout.arena_bytes for c in m._graphs.values()]
     assert len(plans) == 3
     assert dev.graph_arena.size == max(plans) < sum(plans)
     owners = [str(owner) for _, _, owner in dev.pool.live_blocks()]

@@ -50,19 +50,19 @@ def setup_resnet(pool):
     return dev, m, tx, ty
 
 
-def test_a_replan_that_does_not_fit_keeps_the_old_plan():
+def test_a_new_layout_that_does_not_fit_keeps_the_old_one():
     dev, m, tx, ty = setup_resnet("64MiB")
     reference = [float(tensor.to_numpy(m(tx, ty)[1])[0]) for _ in range(3)]
     tight = dev.memory_stats()["allocated_bytes.current"] + 64 * 1024
     dev, m, tx, ty = setup_resnet(tight)
     losses = [float(tensor.to_numpy(m(tx, ty)[1])[0])]
     step = m.compiled_step(tx, ty)
-    plan_before, offset_before = step.plan, dev.graph_arena.offset
-    dev.recycle = False                 # the baseline plan needs far more than the pool has
+    layout_before, offset_before = step.layout, dev.graph_arena.offset
+    dev.recycle = False                 # the baseline layout needs far more than the pool has
     with pytest.raises(OutOfMemory):
         step.compile(False)
     dev.recycle = True
-    assert step.plan is plan_before and step.recompute == "memory"
+    assert step.layout is layout_before and step.recompute_strategy == "memory"
     assert dev.graph_arena.offset is not None
     bystander = tensor.Tensor((dev.memory_stats()["largest_free_block"] // 4,), dev).set_value(7)
     losses += [float(tensor.to_numpy(m(tx, ty)[1])[0]) for _ in range(2)]

@@ -8,7 +8,7 @@ import pytest
 from nnmem import device, layer, tensor
 from nnmem.models import MODELS, create_model
 from nnmem.models.classifier import Classifier
-from nnmem.models.resnet import cifar_plan, imagenet_plan, split_blocks
+from nnmem.models.resnet import cifar_stages, imagenet_stages, split_blocks
 
 from training import assert_identical, batches, train
 
@@ -105,14 +105,14 @@ def test_alexnet_shape_arithmetic_at_227():
 
 
 def test_resnet_block_plans():
-    assert imagenet_plan(50) == ("bottleneck", (3, 4, 6, 3))
-    assert imagenet_plan(152) == ("bottleneck", (3, 8, 36, 3))
-    assert imagenet_plan(34) == ("basic", (3, 4, 6, 3))
-    assert imagenet_plan(26) == ("basic", (1, 2, 8, 1))
-    assert imagenet_plan(50, block="basic")[0] == "basic"
-    assert cifar_plan(20) == ("basic", (3, 3, 3))
-    assert cifar_plan(1001) == ("bottleneck", (111, 111, 111))
-    assert cifar_plan(164, block="bottleneck") == ("bottleneck", (18, 18, 18))
+    assert imagenet_stages(50) == ("bottleneck", (3, 4, 6, 3))
+    assert imagenet_stages(152) == ("bottleneck", (3, 8, 36, 3))
+    assert imagenet_stages(34) == ("basic", (3, 4, 6, 3))
+    assert imagenet_stages(26) == ("basic", (1, 2, 8, 1))
+    assert imagenet_stages(50, block="basic")[0] == "basic"
+    assert cifar_stages(20) == ("basic", (3, 3, 3))
+    assert cifar_stages(1001) == ("bottleneck", (111, 111, 111))
+    assert cifar_stages(164, block="bottleneck") == ("bottleneck", (18, 18, 18))
     for total in (4, 5, 7, 16, 50, 51, 100, 997, 3000):
         counts = split_blocks(total)
         assert sum(counts) == total and min(counts) >= 1

@@ -41,11 +41,11 @@ def check_layout(pool):
 def test_arena_base_and_capacity_are_aligned():
     pool = Pool(10 * A + 100)
     assert pool.capacity == 10 * A  # rounded down
-    assert pool.arena.dtype == np.uint8 and pool.arena.nbytes == pool.capacity
-    assert pool.arena.ctypes.data % A == 0
+    assert pool.buffer.dtype == np.uint8 and pool.buffer.nbytes == pool.capacity
+    assert pool.buffer.ctypes.data % A == 0
     assert pool.segments() == [(0, 10 * A, True)]
     big = Pool(1 << 20, alignment=4096)
-    assert big.arena.ctypes.data % 4096 == 0
+    assert big.buffer.ctypes.data % 4096 == 0
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_offsets_and_sizes_are_aligned():
         off = pool.alloc(n)
         assert off % A == 0
         assert pool.size_of(off) == max(A, -(-n // A) * A)
-        assert (pool.arena.ctypes.data + off) % A == 0
+        assert (pool.buffer.ctypes.data + off) % A == 0
     check_layout(pool)
 
 
@@ -88,10 +88,10 @@ def test_view_is_a_window_on_the_arena():
     a = pool.alloc(10)
     b = pool.alloc(A)
     va = pool.view(a, 10)
-    assert va.dtype == np.uint8 and va.shape == (10,) and np.shares_memory(va, pool.arena)
+    assert va.dtype == np.uint8 and va.shape == (10,) and np.shares_memory(va, pool.buffer)
     va[:] = 7
     pool.view(b, A)[:] = 9
-    assert (pool.arena[a : a + 10] == 7).all() and (pool.arena[b : b + A] == 9).all()
+    assert (pool.buffer[a : a + 10] == 7).all() and (pool.buffer[b : b + A] == 9).all()
     assert pool.view(a, 0).size == 0
     with pytest.raises(ValueError):
         pool.view(a, A + 1)  # larger than the block

@@ -130,7 +130,7 @@ class PoolMachine(RuleBasedStateMachine):
     @invariant()
     def blocks_are_intact(self):
         for off, (tag, size, _, _) in self.live.items():
-            assert np.array_equal(self.pool.arena[off : off + size], pattern(tag, size)), f"block #{tag} clobbered"
+            assert np.array_equal(self.pool.buffer[off : off + size], pattern(tag, size)), f"block #{tag} clobbered"
 
     @invariant()
     def stats_match_the_model(self):

@@ -14,7 +14,8 @@ from nnmem.cli.arguments import UsageError, byte_size, positive_float, positive_
 from nnmem.cli.train import DEFAULT_BATCH
 from nnmem.memory import format_bytes
 from nnmem.models import MODELS, create_model, resnet
-from nnmem.planning import largest_fitting, plan
+from nnmem.planning import plan
+from nnmem.search import largest_fitting
 
 #: One sample of nnmem train's default data, the digits (nnmem.data.load_digits: 1x28x28).
 TRAIN_SAMPLE = (1, 28, 28)
@@ -142,7 +143,7 @@ def valid_depths(args, sample):
     bottleneck-only depths (11, 29, ...) need more memory than their basic neighbours, and
     the search needs memory that grows with the depth."""
     cifar = _stem(args, sample) == "cifar"
-    rules = resnet.cifar_plan if cifar else resnet.imagenet_plan
+    rules = resnet.cifar_stages if cifar else resnet.imagenet_stages
     block = args.block or ("basic" if cifar else None)
     depths = []
     for depth in range(1, MAX_SEARCH_DEPTH + 1):

@@ -19,7 +19,7 @@ from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.memory.timeline import plot_timelines
 from nnmem.models import MODELS, create_model
 from nnmem.planning import smallest_pool
-from nnmem.timelines import step_timelines
+from nnmem.measure import measure_step
 
 DEFAULT_DATA = "digits"
 DEFAULT_BATCH = 64
@@ -179,7 +179,7 @@ def pool_hint(args, sample, num_classes):
 
 def plot_step_timelines(args, x, y, num_classes):
     """Measure one step three ways on throwaway copies of the model, and plot them."""
-    timelines, plan = step_timelines(functools.partial(make_model, args, num_classes, x.shape[1]),
+    timelines, plan = measure_step(functools.partial(make_model, args, num_classes, x.shape[1]),
                                      x, y, args.pool, args.seed)
     for t in timelines.values():
         position, name = t.peak_step()

@@ -1,4 +1,4 @@
-"""A compiled step: a recorded training step, ordered, planned, and replayed.
+"""A compiled step: a recorded training step, ordered, laid out in an arena, and replayed.
 
 Compiling (once, right after the recording, before anything has run):
 1. classify every block (input / parameter / intermediate / end, see liveness.py), and, when
@@ -6,25 +6,26 @@ Compiling (once, right after the recording, before anything has run):
 2. choose the replay order (serial or BFS, see schedule.py), the commit phase (optimizer
    updates) last;
 3. give the intermediate blocks storages with live ranges in that order, merging in-place
-   pairs, and plan an offset for each storage (memory/planner.py);
-4. place the plan in the device's graph arena (ONE pool block, shared by all the compiled
+   pairs, and lay them out: an offset for each storage (memory/layout.py);
+4. place the layout in the device's graph arena (ONE pool block, shared by all the compiled
    steps of the device, see memory/arena.py) and point every intermediate block at its
-   planned offset inside it;
+   offset inside it;
 5. build every node's argument arrays once.
 Replaying then calls the kernel functions with their ready arrays, in order: no Python
 operator code, no allocator call, no array construction. A Ctrl-C during the commit phase
 waits for its end, so a replay is either wholly applied or leaves the parameters untouched.
 """
 from nnmem.graph.liveness import END, INTERMEDIATE, block_kinds, storages
-from nnmem.graph.recompute import recompute as recompute_pass
+from nnmem.graph.recompute import add_recomputation
 from nnmem.graph.schedule import dependencies, replay_order
-from nnmem.memory.planner import plan
+from nnmem.memory.layout import layout
 from nnmem.memory.units import aligned_size
 from nnmem.memory.timeline import Timeline
 
 
 class CompiledStep:
-    def __init__(self, device, recorder, inputs, result, sequential, label, recompute="none"):
+    def __init__(self, device, recorder, inputs, result, sequential, label,
+                 recompute_strategy="none"):
         from nnmem.tensor import Tensor
         self.device, self.label = device, label
         self.recorded = recorder.nodes
@@ -38,60 +39,61 @@ class CompiledStep:
             block.ensure_allocated()
         self.held = recorder.held + [Tensor._on_block(b, (b.nbytes,), "uint8", device)
                                      for b in results]
-        self.storages, self.plan = [], None
-        self.recompute = recompute
+        self.storages, self.layout = [], None
+        self.recompute_strategy = recompute_strategy
         self.compile(sequential)
 
     # -- compiling ------------------------------------------------------------------------
-    def compile(self, sequential, recompute=None):
-        """(Re)plan the step for serial (sequential=True) or BFS order, and a recomputation
+    def compile(self, sequential, recompute_strategy=None):
+        """(Re)compile the step for serial (sequential=True) or BFS order, and a recomputation
         strategy ("none", "speed", "memory", "cost-aware"; None keeps the current one).
-        All or nothing: if the new plan does not fit the pool, the step keeps its old plan."""
+        All or nothing: if the new layout does not fit the pool, the step keeps its old one."""
         arena = self.device.graph_arena
         pool = self.device.pool
 
         def round_up(n):
             return aligned_size(n, pool.alignment)
-        strategy = self.recompute if recompute is None else recompute
-        nodes, recomputations = recompute_pass(self.recorded, self.recorded_kinds, strategy,
-                                               round_up)
+        strategy = self.recompute_strategy if recompute_strategy is None else recompute_strategy
+        nodes, recomputations = add_recomputation(self.recorded, self.recorded_kinds,
+                                                  strategy, round_up)
         kinds, _ = block_kinds(nodes)
         order, commit_start = replay_order(nodes, sequential)
         new_storages = storages(nodes, order, kinds, round_up=round_up,
                                 recycle=self.device.recycle)
-        new_plan = plan(sizes=[s.nbytes for s in new_storages],
+        new_layout = layout(sizes=[s.nbytes for s in new_storages],
                         ranges=[(s.first, s.last) for s in new_storages])
-        previous = {k: getattr(self, k, None) for k in self._PLAN_STATE}
+        previous = {k: getattr(self, k, None) for k in self._COMPILED_STATE}
         arena.leave(self)
         stats = pool.stats()
         in_arena = 1 if arena.offset is not None else 0
-        self.sequential, self.recompute, self.recomputations = sequential, strategy, recomputations
+        self.sequential, self.recompute_strategy = sequential, strategy
+        self.recomputations = recomputations
         self.nodes, self.kinds, self.order = nodes, kinds, order
         self.commit_start = commit_start
-        self.storages, self.plan = new_storages, new_plan
+        self.storages, self.layout = new_storages, new_layout
         self.persistent_bytes = stats["allocated_bytes.current"] - arena.size
         try:
-            arena.join(self, self.plan.arena_bytes)
+            arena.join(self, self.layout.arena_bytes)
         except MemoryError:
-            if previous["plan"] is None:  # the first plan: nothing to go back to
+            if previous["layout"] is None:  # the first layout: nothing to go back to
                 raise
             for key, value in previous.items():
                 setattr(self, key, value)
-            arena.join(self, self.plan.arena_bytes)
+            arena.join(self, self.layout.arena_bytes)
             raise
         self.timeline = self._planned_timeline(self.persistent_bytes,
                                                stats["active_blocks"] - in_arena)
 
-    # What compile() replaces, and puts back if the new plan does not fit.
-    _PLAN_STATE = ("sequential", "recompute", "recomputations", "nodes", "kinds", "order",
-                   "commit_start", "storages", "plan", "persistent_bytes")
+    # What compile() replaces, and puts back if the new layout does not fit.
+    _COMPILED_STATE = ("sequential", "recompute_strategy", "recomputations", "nodes", "kinds", "order",
+                   "commit_start", "storages", "layout", "persistent_bytes")
 
     def place(self, base):
-        """Point the intermediate blocks at their planned offsets from `base` (the arena's
+        """Point the intermediate blocks at their offsets in the layout, from `base` (the arena's
         offset in the pool), and build every call's arrays there."""
-        for storage, offset in zip(self.storages, self.plan.offsets):
+        for storage, offset in zip(self.storages, self.layout.offsets):
             for block in storage.blocks:
-                block.offset, block.planned = base + offset, base
+                block.offset, block.arena = base + offset, base
         if self.device.virtual:  # a planning device has no bytes to run on
             self.calls = []
             return
@@ -113,7 +115,7 @@ class CompiledStep:
 
     def _run(self, calls):
         dev = self.device
-        if dev.verbosity or dev.timeline is not None:
+        if dev.verbosity or dev.memory_samples is not None:
             for name, fn, arrays in calls:
                 dev.run_kernel(name, fn, arrays)
         else:
@@ -122,18 +124,18 @@ class CompiledStep:
 
     # -- what a learner looks at -----------------------------------------------------------
     def memory_summary(self):
-        """The plan's figures: lower bound and arena (of the intermediate blocks), the bytes
+        """The layout's figures: lower bound and arena (of the intermediate blocks), the bytes
         that stay allocated outside the arena (parameters, optimizer state, inputs, results,
         and anything else in the pool), blocks, storages, in-place merges."""
         intermediates = sum(1 for k in self.kinds.values() if k == INTERMEDIATE)
         return {"nodes": len(self.nodes), "order": "serial" if self.sequential else "bfs",
-                "recompute": self.recompute, "recomputations": self.recomputations,
+                "recompute_strategy": self.recompute_strategy, "recomputations": self.recomputations,
                 "intermediate_blocks": intermediates, "storages": len(self.storages),
                 "inplace_merges": intermediates - len(self.storages),
-                "lower_bound_bytes": self.plan.lower_bound,
+                "lower_bound_bytes": self.layout.lower_bound,
                 "persistent_bytes": self.persistent_bytes,
-                "arena_bytes": self.plan.arena_bytes,
-                "arena_over_lower_bound": self.plan.arena_bytes / max(self.plan.lower_bound, 1)}
+                "arena_bytes": self.layout.arena_bytes,
+                "arena_over_lower_bound": self.layout.arena_bytes / max(self.layout.lower_bound, 1)}
 
     def live_sets(self):
         """Per step of the replay order: (operation, in set, out set), the descriptions of the

@@ -3,7 +3,7 @@ them in backward.
 
 Checkpoints are the expensive operations (CONV, FC, joins) and fans (a tensor that several
 forward operations read): their outputs stay in memory. A cheap operation (POOL, ACT, BN,
-LRN, Dropout) says at recording how to run it again exactly (Operator.run's `recompute`). Its
+LRN, Dropout) says at recording how to run it again exactly (Operator.run's `rebuild`). Its
 outputs that backward needs are then dropped right after their last forward use, and rebuilt
 from the nearest checkpoints just before backward needs them. A *segment* is a connected group
 of cheap operations between checkpoints.
@@ -27,11 +27,12 @@ copies compute exactly what the originals did, so recomputation changes no numbe
 """
 from nnmem.graph.liveness import INTERMEDIATE, storages
 from nnmem.graph.recorder import ArraySpec, Node
+from nnmem.search import largest_fitting
 
 STRATEGIES = ("none", "speed", "memory", "cost-aware")
 
 
-def recompute(nodes, kinds, strategy, round_up):
+def add_recomputation(nodes, kinds, strategy, round_up):
     """(new nodes, number of recomputed operations) for `strategy` (see STRATEGIES)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"recompute={strategy!r}: choose one of {STRATEGIES}")
@@ -131,16 +132,9 @@ def _affordable(nodes, kinds, producer, rebuildable, round_up):
     def within(count):
         trial, _ = _rewrite(nodes, producer, rebuildable, set(accepted[:count]))
         return max(_live_bytes(trial, kinds, round_up), default=0) <= peak
-    if within(len(accepted)):
+    if within(len(accepted)):  # the usual case: one check
         return set(accepted)
-    good, bad = 0, len(accepted)
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        if within(middle):
-            good = middle
-        else:
-            bad = middle
-    return set(accepted[:good])
+    return set(accepted[:largest_fitting(within, range(len(accepted)))])
 
 
 def _live_bytes(nodes, kinds, round_up):
@@ -171,7 +165,7 @@ def _worth_rebuilding(nodes, forward, producer, readers, kinds):
     an in-place ReLU, a conv's output *is* the ReLU's output: rebuilding the ReLU would keep
     both). Dropping a candidate is undone until nothing changes.
     """
-    candidates = {id(s.block) for node in forward if node.recompute is not None
+    candidates = {id(s.block) for node in forward if node.rebuild is not None
                   for s in _recipe(node)[1]
                   if kinds.get(id(s.block)) == INTERMEDIATE and readers.get(id(s.block), 0) <= 1}
     read_in_backward = {id(s.block) for n in nodes if n.phase != "forward" for s in n.reads}
@@ -192,9 +186,9 @@ def _worth_rebuilding(nodes, forward, producer, readers, kinds):
 
 def _recipe(node):
     """(fn, writes, reads) that rebuild the node's outputs."""
-    if node.recompute == "same":
+    if node.rebuild == "same":
         return node.fn, node.writes, node.reads
-    return node.recompute
+    return node.rebuild
 
 
 def _chain(block, producer, rebuildable, available):
@@ -237,6 +231,6 @@ def _through(specs, shadows, rebuildable):
 
 def _renumbered(node, index, reads=None):
     return Node(index, node.name, node.fn, node.writes, node.reads if reads is None else reads,
-                node.inplace, node.phase, node.recompute, node.after)
+                node.inplace, node.phase, node.rebuild, node.after)
 
 

@@ -27,18 +27,18 @@ class Node:
     """One recorded kernel call: ``fn(*[w.array() for w in writes], *[r.array() for r in reads])``.
 
     phase: "forward", "backward", "update" (optimizer) or "recompute" (added by recompute.py).
-    recompute: None, SAME, or a Node-like (fn, writes, reads) recipe that rebuilds this node's
+    rebuild: None, SAME, or a Node-like (fn, writes, reads) recipe that rebuilds this node's
     outputs exactly (see Operator.run). after: indices of nodes this one must follow although
     it shares no block with them (keeps a recomputation from being hoisted out of backward).
     """
-    __slots__ = ("index", "name", "fn", "writes", "reads", "inplace", "phase", "recompute",
+    __slots__ = ("index", "name", "fn", "writes", "reads", "inplace", "phase", "rebuild",
                  "after")
 
-    def __init__(self, index, name, fn, writes, reads, inplace, phase="forward", recompute=None,
+    def __init__(self, index, name, fn, writes, reads, inplace, phase="forward", rebuild=None,
                  after=()):
         self.index, self.name, self.fn = index, name, fn
         self.writes, self.reads, self.inplace = writes, reads, inplace
-        self.phase, self.recompute, self.after = phase, recompute, tuple(after)
+        self.phase, self.rebuild, self.after = phase, rebuild, tuple(after)
 
     def blocks(self):
         """Every block this node touches, each once, reads first."""
@@ -58,7 +58,7 @@ class Recorder:
         self._written = set()   # ids of blocks a recorded node writes
         self.held = []          # tensors that keep read-first blocks (and their data) alive
 
-    def record(self, fn, reads, writes, name, inplace, phase="forward", recompute=None):
+    def record(self, fn, reads, writes, name, inplace, phase="forward", rebuild=None):
         from nnmem.tensor import Tensor
         for t in reads:
             if id(t.block) not in self._written:
@@ -69,12 +69,12 @@ class Recorder:
             self._seen.add(id(t.block))
         for t in writes:
             self._written.add(id(t.block))
-        if recompute is not None and recompute != "same":
-            fn2, reads2, writes2 = recompute
-            recompute = (fn2, _specs(writes2), _specs(reads2))
+        if rebuild is not None and rebuild != "same":
+            fn2, reads2, writes2 = rebuild
+            rebuild = (fn2, _specs(writes2), _specs(reads2))
         self.nodes.append(Node(len(self.nodes), name, fn, _specs(writes), _specs(reads),
                                tuple((out.block, inp.block) for out, inp in inplace),
-                               phase, recompute))
+                               phase, rebuild))
 
 
 def _specs(tensors):

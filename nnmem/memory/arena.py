@@ -1,6 +1,6 @@
 """The graph arena: one pool block shared by every compiled step of a device.
 
-A compiled step plans its intermediate blocks into an arena. Steps never run at the same time,
+A compiled step lays out its intermediate blocks in an arena. Steps never run at the same time,
 and a step's intermediate blocks are dead once it ends (results, inputs and parameters live
 outside the arena), so all the steps of a device (training, inference, the last smaller batch)
 can use the same bytes: the arena is as large as the largest plan, not their sum.
@@ -13,7 +13,7 @@ class SharedArena:
         self.pool = pool
         self.offset = None
         self.size = 0
-        self._users = weakref.WeakSet()  # compiled steps planned into the arena
+        self._users = weakref.WeakSet()  # compiled steps laid out in the arena
 
     def join(self, step, nbytes):
         """Make room for a plan of `nbytes` and place `step` (and, if the arena moved, every

@@ -7,8 +7,8 @@ Memory contract
   reference goes (``dec_ref`` reaches 0) the device is told: normally the bytes go back to the
   pool at once, so the next request of a similar size can reuse them (memory sharing through
   the pool); with recycling switched off they go back only when the training step ends.
-- A recorded graph does not hold references: it *plans* the block instead, giving it a fixed
-  offset inside the graph's arena (``planned`` is then the arena's offset). A planned block
+- A recorded graph does not hold references: it *lays out* the block instead, giving it a
+  fixed offset inside the graph's arena (``arena`` is then the arena's offset). Such a block
   is never freed on its own: the arena goes back to the pool as a whole.
 - Reading a block that was never written is a bug in the caller (the bytes would be garbage):
   it raises instead of returning garbage.
@@ -27,8 +27,8 @@ class RecordingReadError(RuntimeError):
 
 
 class Block:
-    __slots__ = ("device", "nbytes", "offset", "ref_count", "desc", "planned", "__weakref__")
-    # planned: None, or the offset of the graph arena block this block's bytes lie inside
+    __slots__ = ("device", "nbytes", "offset", "ref_count", "desc", "arena", "__weakref__")
+    # arena: None, or the offset of the graph arena block this block's bytes lie inside
 
     def __init__(self, device, nbytes, desc=""):
         self.device = device
@@ -36,7 +36,7 @@ class Block:
         self.offset = None  # no bytes yet: allocated on first write
         self.ref_count = 0
         self.desc = desc  # who made it, for the out-of-memory report and the timeline
-        self.planned = None
+        self.arena = None
 
     @property
     def allocated(self):
@@ -64,7 +64,7 @@ class Block:
             self.check_written()  # the clear error (unwritten, or being recorded)
         dtype = np.dtype(dtype)
         raw = self.device.pool.view(self.offset, math.prod(shape) * dtype.itemsize,
-                                    within=self.planned)
+                                    within=self.arena)
         return raw.view(dtype).reshape(shape)
 
     def inc_ref(self):
@@ -77,7 +77,7 @@ class Block:
 
     def release(self):
         """Return the bytes to the pool; the block may be written (and allocated) again later."""
-        if self.offset is not None and self.planned is None:
+        if self.offset is not None and self.arena is None:
             self.device.pool.free(self.offset)
             self.offset = None
 

@@ -1,17 +1,17 @@
-"""A preallocated memory pool: one big byte arena carved up by a heap allocator.
+"""A preallocated memory pool: one big byte buffer carved up by a heap allocator.
 
 This is the idea behind SuperNeurons' heap pool and PyTorch's caching allocator:
 ask the operating system for memory *once*, then serve every tensor from that
-arena with cheap bookkeeping instead of a fresh malloc/free per tensor.
+buffer with cheap bookkeeping instead of a fresh malloc/free per tensor.
 
 The memory contract
 -------------------
-* The arena is ``capacity`` bytes, allocated up front; its base address is a
+* The buffer is ``capacity`` bytes, allocated up front; its base address is a
   multiple of ``alignment`` and so is every block's offset and size, so each
   block starts suitably aligned for any dtype (and for SIMD loads).
-* A block is identified by its byte offset in the arena. ``alloc`` returns it,
+* A block is identified by its byte offset in the buffer. ``alloc`` returns it,
   ``free`` takes it back, ``view`` turns it into a numpy array without copying.
-* The arena is always partitioned exactly into live blocks and free segments;
+* The buffer is always partitioned exactly into live blocks and free segments;
   two free segments are never adjacent (``free`` coalesces them at once).
 * The pool keeps only a weak reference to a block's owner where it can, so
   the pool never keeps a tensor alive; the owner frees its block.
@@ -48,14 +48,14 @@ def _locked(method):
 
 
 class Pool:
-    """A preallocated byte arena with a heap allocator: split on alloc, coalesce on free.
+    """A preallocated byte buffer with a heap allocator: split on alloc, coalesce on free.
 
     ``strategy`` picks the free segment a request is carved from:
 
     * ``"best_fit"``: the smallest free segment that fits (ties: lowest offset).
       It leaves big segments whole for big requests.
     * ``"first_fit"``: the lowest-offset free segment that fits. Simpler, and it
-      packs blocks towards the start of the arena.
+      packs blocks towards the start of the buffer.
 
     ``capacity`` is rounded down to a multiple of ``alignment``.
     """
@@ -84,14 +84,14 @@ class Pool:
         self.virtual = virtual
         if virtual:
             # A planning pool: the same bookkeeping, no bytes behind it (see view()).
-            self.arena = None
+            self.buffer = None
         else:
-            # Over-allocate by one alignment and slice so the arena's *address* is aligned,
+            # Over-allocate by one alignment and slice so the buffer's *address* is aligned,
             # not only its offsets. np.empty only reserves address space: the OS maps a
-            # page on first write, so an idle arena costs (almost) no resident memory.
+            # page on first write, so an idle buffer costs (almost) no resident memory.
             raw = np.empty(self.capacity + alignment, dtype=np.uint8)
             skip = -raw.ctypes.data % alignment
-            self.arena = raw[skip : skip + self.capacity]  # a view; it keeps `raw` alive
+            self.buffer = raw[skip : skip + self.capacity]  # a view; it keeps `raw` alive
 
         # The id-to-block table: offset -> (size, requested bytes, owner, owner_is_weakref).
         self._live: dict[int, tuple[int, int, object, bool]] = {}
@@ -220,7 +220,7 @@ class Pool:
             if seg <= offset < seg + self._free_size[seg]:
                 return msg + f" (bytes [{seg}, {seg + self._free_size[seg]}) are free: a double free, or a stale offset?)."
         if not 0 <= offset < self.capacity:
-            return msg + f" (outside the arena [0, {self.capacity}))."
+            return msg + f" (outside the buffer [0, {self.capacity}))."
         return msg + " (it points inside a block but not at its start; pass the offset alloc() returned)."
 
     # -- access ---------------------------------------------------------------
@@ -240,7 +240,7 @@ class Pool:
         ``within``: the offset of a live block that contains [offset, offset + nbytes): a
         graph's planned tensors live inside its one arena block, at offsets of their own.
 
-        Writing through the view writes the arena. The view stays valid memory after
+        Writing through the view writes the buffer. The view stays valid memory after
         ``free``, but the bytes may then belong to another block: use-after-free is
         the owner's bug, exactly as with a raw pointer.
         """
@@ -251,7 +251,7 @@ class Pool:
         if not (0 <= nbytes and start <= offset and offset + nbytes <= start + size):
             raise ValueError(f"Pool.view: bytes [{offset}, {offset + nbytes}) do not fit the "
                              f"{size}-byte block at offset {start}.")
-        return self.arena[offset : offset + nbytes]
+        return self.buffer[offset : offset + nbytes]
 
     # -- statistics -----------------------------------------------------------
 
@@ -262,12 +262,12 @@ class Pool:
     def stats(self) -> dict:
         """Counters named like ``torch.cuda.memory_stats()``.
 
-        allocated_bytes.*  rounded sizes of live blocks (what the arena gives up)
+        allocated_bytes.*  rounded sizes of live blocks (what the buffer gives up)
         high_water_bytes   end of the highest block allocated since the last reset: the smallest
-                           arena this run needed, fragmentation included (what a pool that grows
+                           pool this run needed, fragmentation included (what a pool that grows
                            on demand, like SINGA's CnMem, would have reserved)
         requested_bytes.current  what callers asked for; the gap is alignment padding
-        reserved_bytes     the arena's capacity (the pool holds it all, used or not)
+        reserved_bytes     the buffer's capacity (the pool holds it all, used or not)
         largest_free_block / free_segments  how fragmented the free space is
         """
         return {
@@ -293,7 +293,7 @@ class Pool:
 
     @_locked
     def segments(self) -> list[tuple[int, int, bool]]:
-        """The arena's layout as (offset, size, is_free), sorted by offset, covering [0, capacity)."""
+        """The buffer's layout as (offset, size, is_free), sorted by offset, covering [0, capacity)."""
         out = [(off, entry[0], False) for off, entry in self._live.items()]
         out += [(off, size, True) for off, size in self._free_size.items()]
         out.sort()

@@ -112,7 +112,7 @@ def split_blocks(total, proportions=STAGE_PROPORTIONS):
     return counts
 
 
-def cifar_plan(depth, block=None):
+def cifar_stages(depth, block=None):
     """(block name, blocks per stage) of a CIFAR ResNet, or a ValueError naming the depths."""
     if block not in (None, "basic", "bottleneck"):
         raise ValueError(f"ResNet block {block!r}; use 'basic', 'bottleneck' or None")
@@ -132,7 +132,7 @@ def cifar_plan(depth, block=None):
     return block, ((depth - 2) // 9,) * 3
 
 
-def imagenet_plan(depth, block=None):
+def imagenet_stages(depth, block=None):
     """(block name, blocks per stage) of an ImageNet ResNet, or a ValueError naming the depths."""
     if block not in (None, "basic", "bottleneck"):
         raise ValueError(f"ResNet block {block!r}; use 'basic', 'bottleneck' or None")
@@ -163,10 +163,10 @@ class ResNet(Classifier):
                  width=1.0):
         super().__init__()
         if stem == "cifar":
-            block, counts = cifar_plan(depth, block)
+            block, counts = cifar_stages(depth, block)
             stem_channels, stage_channels = 16, (16, 32, 64)
         elif stem == "imagenet":
-            block, counts = imagenet_plan(depth, block)
+            block, counts = imagenet_stages(depth, block)
             stem_channels, stage_channels = 64, (64, 128, 256, 512)
         else:
             raise ValueError(f"ResNet stem {stem!r}; use 'cifar' or 'imagenet'")

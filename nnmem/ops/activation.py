@@ -13,7 +13,7 @@ class _Activation(Operator):
         y = self.output(x.shape, x.dtype)
         fwd = type(self).kernel_forward
         self.run(lambda y_, x_: fwd(y_.reshape(-1), x_.reshape(-1)), reads=(x,), writes=(y,),
-                 inplace=((y, x),), recompute=SAME)
+                 inplace=((y, x),), rebuild=SAME)
         self.save(y)
         return y
 

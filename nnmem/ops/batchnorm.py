@@ -42,7 +42,7 @@ class BatchNorm2d(Operator):
         # The running statistics are read and updated in place (they are written, so that
         # a graph orders this step before anything that reads them later).
         self.run(kernel, reads=(x, scale, bias, rm, rv), writes=(y, mean, invstd, rm, rv),
-                 recompute=(K.batchnorm2d_forward_apply, (x, scale, bias, mean, invstd), (y,)))
+                 rebuild=(K.batchnorm2d_forward_apply, (x, scale, bias, mean, invstd), (y,)))
         self.save(x, scale, mean, invstd)
         return y
 

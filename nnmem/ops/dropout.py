@@ -34,7 +34,7 @@ class Dropout(Operator):
             K.mul(y_.reshape(-1), x_.reshape(-1), mask_.reshape(-1))
 
         self.run(draw_and_apply, reads=(x, state), writes=(y, mask, state), inplace=((y, x),),
-                 recompute=(apply_mask, (x, mask), (y,)))
+                 rebuild=(apply_mask, (x, mask), (y,)))
         self.save(mask)
         return y
 

@@ -27,7 +27,7 @@ class LRN(Operator):
         scale = self.output(x.shape, x.dtype)
         size, alpha, beta, k = self.size, self.alpha, self.beta, self.k
         self.run(lambda y_, s_, x_: K.lrn_forward(y_, s_, x_, size, alpha, beta, k),
-                 reads=(x,), writes=(y, scale), recompute=SAME)
+                 reads=(x,), writes=(y, scale), rebuild=SAME)
         self.save(x, y, scale)
         return y
 

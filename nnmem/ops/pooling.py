@@ -34,11 +34,11 @@ class Pooling2d(Operator):
         if self.is_max:
             argmax = self.output(out_shape, np.int32)
             self.run(lambda y_, am_, x_: K.maxpool2d_forward(y_, am_, x_, kh, kw, sh, sw, ph, pw),
-                     reads=(x,), writes=(y, argmax), recompute=SAME)
+                     reads=(x,), writes=(y, argmax), rebuild=SAME)
             self.save(argmax)
         else:
             self.run(lambda y_, x_: K.avgpool2d_forward(y_, x_, kh, kw, sh, sw, ph, pw),
-                     reads=(x,), writes=(y,), recompute=SAME)
+                     reads=(x,), writes=(y,), rebuild=SAME)
         return y
 
     def backward(self, dy):

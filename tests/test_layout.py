@@ -1,8 +1,8 @@
-"""The static planner is a pure function: checked here on random lifetimes, no device."""
+"""The arena layout is a pure function: checked here on random lifetimes, no device."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nnmem.memory.planner import check_plan, lower_bound, plan
+from nnmem.memory.layout import check_layout, layout, lower_bound
 
 
 @st.composite
@@ -21,39 +21,39 @@ def storages(draw):
 @given(storages())
 def test_live_storages_never_overlap_and_the_arena_is_at_least_the_bound(case):
     sizes, ranges = case
-    p = plan(sizes, ranges)
-    check_plan(sizes, ranges, p.offsets)
+    p = layout(sizes, ranges)
+    check_layout(sizes, ranges, p.offsets)
     assert p.lower_bound == lower_bound(sizes, ranges)
     assert p.arena_bytes >= p.lower_bound
     assert all(o % 256 == 0 for o in p.offsets)
     assert p.arena_bytes == max((o + s for o, s in zip(p.offsets, sizes)), default=0)
-    assert plan(sizes, ranges) == p  # deterministic
+    assert layout(sizes, ranges) == p  # deterministic
 
 
 def test_a_chain_reuses_memory_down_to_the_bound():
     # a -> b -> c -> d, each live for two steps: two buffers suffice.
     sizes = [1024, 1024, 1024, 1024]
     ranges = [(0, 1), (1, 2), (2, 3), (3, 4)]
-    p = plan(sizes, ranges)
+    p = layout(sizes, ranges)
     assert p.arena_bytes == p.lower_bound == 2048
 
 
 def test_storages_of_different_sizes_share_memory():
-    p = plan([4096, 1024, 2048], [(0, 0), (1, 1), (2, 2)])
+    p = layout([4096, 1024, 2048], [(0, 0), (1, 1), (2, 2)])
     assert p.offsets == [0, 0, 0] and p.arena_bytes == 4096
 
 
-def test_check_plan_catches_an_overlap():
+def test_check_layout_catches_an_overlap():
     import pytest
     with pytest.raises(AssertionError, match="overlap"):
-        check_plan([1024, 1024], [(0, 2), (1, 3)], [0, 512])
+        check_layout([1024, 1024], [(0, 2), (1, 3)], [0, 512])
 
 
 @given(storages())
-def test_the_simulated_allocator_plan_is_valid_too(case):
-    from nnmem.memory.planner import simulate
+def test_the_simulated_allocators_layout_is_valid_too(case):
+    from nnmem.memory.layout import simulate
     sizes, ranges = case
     offsets, arena = simulate(sizes, ranges)
-    check_plan(sizes, ranges, offsets)
+    check_layout(sizes, ranges, offsets)
     assert arena >= lower_bound(sizes, ranges)
     assert arena == max((o + s for o, s in zip(offsets, sizes)), default=0)

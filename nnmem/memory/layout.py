@@ -1,23 +1,25 @@
-"""The static allocation plan: an offset for every storage of a recorded step, once.
+"""The arena layout (the static allocation plan): an offset for every storage of a recorded
+step, fixed once.
 
 Input: each storage's size and live range [first, last] (positions in the replay order).
-Output: offsets such that two storages whose live ranges overlap never overlap in memory,
-and the arena size (the largest offset + size). Planning is a pure function of sizes and
-ranges, so it is tested without any device.
+Output: a Layout: offsets such that two storages whose live ranges overlap never overlap in
+memory, and the arena size (the largest offset + size). A layout is a pure function of sizes
+and ranges, so it is tested without any device.
 
-The lower bound LB = max over positions of the bytes live at that position: no plan can use
-less (and finding the best plan is NP-hard in general: it is dynamic storage allocation).
+The lower bound LB = max over positions of the bytes live at that position: no layout can use
+less (and finding the best layout is NP-hard in general: it is dynamic storage allocation).
 The placement is greedy (as in TensorFlow Lite's arena planner): take the storages in some
 order, and put each at the smallest gap between already placed storages whose live ranges
 overlap its own (best fit), or above them all. Several orders are tried and the smallest arena
 kept: largest first ("greedy by size"), longest-lived first, by start position then size
 ("greedy by breadth"), largest bytes x steps first (the storages that block the most of
-the memory-time plane placed while it is still empty), and, for graphs small enough to afford it, a few seeded shuffles of
-the largest-first order within power-of-two size classes (sizes of one class can be swapped
-almost freely, and which of them goes first decides which gaps are left).
+the memory-time plane placed while it is still empty), and, for graphs small enough to
+afford it, a few seeded shuffles of the largest-first order within power-of-two size classes
+(sizes of one class can be swapped almost freely, and which of them goes first decides which
+gaps are left).
 
 Greedy placement compares every storage with every placed one: quadratic. Past
-GREEDY_LIMIT storages (deep networks: a 10,000-layer ResNet has tens of thousands) the plan
+GREEDY_LIMIT storages (deep networks: a 10,000-layer ResNet has tens of thousands) the layout
 is made by simulation instead, as MXNet does: walk the steps once, free each storage after its
 last step and allocate each new one with the pool's own best-fit allocator (on a virtual
 pool, no bytes); the arena is the simulation's high-water mark. O(n log n).
@@ -29,13 +31,13 @@ from typing import NamedTuple
 #: Placement work allowed for the shuffled restarts, in (storage x storage) comparisons.
 RESTART_BUDGET = 2_000_000
 MAX_RESTARTS = 64
-#: Above this many storages, plan by simulating the allocator instead of greedy placement.
+#: Above this many storages, lay out by simulating the allocator instead of greedy placement.
 GREEDY_LIMIT = 1500
 
 
-class Plan(NamedTuple):
+class Layout(NamedTuple):
     offsets: list       # per storage, bytes from the start of the arena
-    arena_bytes: int    # bytes the plan needs
+    arena_bytes: int    # bytes the layout needs
     lower_bound: int    # max over positions of live bytes
 
 
@@ -53,14 +55,14 @@ def lower_bound(sizes, ranges):
     return peak
 
 
-def plan(sizes, ranges, seed=0, alignment=256):
-    """The smallest of the greedy plans over several placement orders (or, past
-    GREEDY_LIMIT storages, the simulated allocator's plan); returns a Plan.
+def layout(sizes, ranges, seed=0, alignment=256):
+    """The smallest of the greedy layouts over several placement orders (or, past
+    GREEDY_LIMIT storages, the simulated allocator's); returns a Layout.
     Deterministic: the same sizes and ranges always give the same offsets."""
     bound = lower_bound(sizes, ranges)
     if len(sizes) > GREEDY_LIMIT:
         offsets, arena = simulate(sizes, ranges, alignment)
-        return Plan(offsets, arena, bound)
+        return Layout(offsets, arena, bound)
     n = range(len(sizes))
     orders = [
         sorted(n, key=lambda i: (-sizes[i], ranges[i][0], i)),                       # by size
@@ -82,7 +84,7 @@ def plan(sizes, ranges, seed=0, alignment=256):
         if best[1] == bound:  # cannot do better than the lower bound
             break
     offsets, arena = best if best is not None else ([], 0)
-    return Plan(offsets, arena, bound)
+    return Layout(offsets, arena, bound)
 
 
 def simulate(sizes, ranges, alignment=256):
@@ -121,7 +123,7 @@ def _place(sizes, ranges, order):
     return offsets, max((o + s for o, s, _, _ in placed), default=0)
 
 
-def check_plan(sizes, ranges, offsets):
+def check_layout(sizes, ranges, offsets):
     """Raise if two storages that are live at the same time overlap in memory."""
     items = sorted(range(len(sizes)), key=lambda i: offsets[i])
     for a_pos, a in enumerate(items):

@@ -1,13 +1,13 @@
 """One training step's memory, technique by technique, measured on a throwaway copy.
 
-``step_timelines(make_model, x, y)`` builds fresh models from `make_model` (same seed, so the
+``measure_step(make_model, x, y)`` builds fresh models from `make_model` (same seed, so the
 same parameters) on fresh devices, runs one warm-up step (optimizer state appears on the
 first step) and then one measured step each way:
 - "no recycling": eager, with the device's recycling switched off (every block kept until the
   step ends: the baseline);
 - "eager": blocks freed as soon as nothing refers to them;
-- "graph": the compiled step's timeline, from its static plan.
-It returns the timelines and the graph's plan summary (with its lower bound).
+- "graph": the compiled step's timeline, from its arena layout.
+It returns the three Timelines and the compiled step's memory summary (with its lower bound).
 """
 import numpy as np
 
@@ -30,14 +30,15 @@ def _trained_model(make_model, x, y, use_graph, recycle, pool_bytes, seed):
     return model, dev, tx, ty
 
 
-def step_timelines(make_model, x, y, pool_bytes=None, seed=0):
-    """{label: Timeline} for one step with no recycling, eager and graph; and the plan summary."""
+def measure_step(make_model, x, y, pool_bytes=None, seed=0):
+    """{label: Timeline} for one step with no recycling, eager and graph; and the compiled
+    step's memory summary."""
     timelines = {}
     for label, recycle in (("no recycling", False), ("eager", True)):
         model, dev, tx, ty = _trained_model(make_model, x, y, False, recycle, pool_bytes, seed)
-        dev.timeline = []
+        dev.memory_samples = []
         model(tx, ty)
-        timelines[label] = Timeline.from_samples(label, dev.timeline)
+        timelines[label] = Timeline.from_samples(label, dev.memory_samples)
     model, dev, tx, ty = _trained_model(make_model, x, y, True, True, pool_bytes, seed)
     compiled = model.compiled_step(tx, ty)
     timelines["graph"] = compiled.timeline

@@ -1,0 +1,138 @@
+"""Where Numba's cache of the kernels goes (issue 7: README commands A then B broke `nnmem`).
+
+Numba's default for ``njit(cache=True)`` writes the compiled kernels into ``__pycache__`` beside
+the source: inside ``site-packages/nnmem`` for an installed nnmem, where pip leaves the files
+behind on uninstall and the leftover folder hides a later editable install. nnmem's kernels
+keep Numba's cache in Numba's user-wide folder (or ``NUMBA_CACHE_DIR``) instead, and apart for
+``NUMBA_BOUNDSCHECK=1``, without changing any Numba setting of the process (see
+``kernels/cpu/_jit.py``). The end-to-end check (both README commands, both orders, one clone)
+is in ``.ci/run``: it needs fresh virtual environments and takes a minute.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numba
+import pytest
+from numba.core.dispatcher import Dispatcher
+
+import nnmem.kernels.cpu as K
+from nnmem.kernels.cpu import (
+    _window, batchnorm, conv, elementwise, loss, lrn, optim, pool, reduce,
+)
+
+KERNEL_MODULES = [_window, batchnorm, conv, elementwise, loss, lrn, optim, pool, reduce]
+PACKAGE_DIR = os.path.dirname(os.path.abspath(K.__file__))
+
+needs_jit = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="NUMBA_DISABLE_JIT: nothing is compiled")
+
+
+def _dispatchers():
+    for module in KERNEL_MODULES:
+        for name, value in vars(module).items():
+            if isinstance(value, Dispatcher):
+                yield f"{module.__name__}.{name}", value
+
+
+@needs_jit
+def test_every_kernel_caches_outside_the_package():
+    found = dict(_dispatchers())
+    assert len(found) >= 40, sorted(found)  # all of them, not a lucky few
+    for name, dispatcher in found.items():
+        path = dispatcher.stats.cache_path
+        assert isinstance(path, str) and os.path.isabs(path), f"{name} is not cached: {path!r}"
+        inside = os.path.commonpath([os.path.abspath(path), PACKAGE_DIR]) == PACKAGE_DIR
+        assert not inside, f"{name} caches inside the package: {path}"
+
+
+def _run(code, tmp_path, **env_changes):
+    """Run `code` in a fresh interpreter (Numba reads its settings once, at import)."""
+    env = dict(os.environ)
+    for key in ("NUMBA_CACHE_DIR", "NUMBA_BOUNDSCHECK", "NUMBA_DISABLE_JIT", "NUMBA_CACHE_LOCATOR_CLASSES"):
+        env.pop(key, None)
+    env.update(env_changes)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path)] + [p for p in sys.path if p])
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.strip().splitlines()
+
+
+@needs_jit
+def test_numba_cache_dir_is_used_and_the_second_process_loads_instead_of_compiling(tmp_path):
+    cache = tmp_path / "cache"
+    code = """
+        import numpy as np
+        import nnmem.kernels.cpu as K
+        x = np.arange(-3.0, 3.0)
+        y = np.empty_like(x)
+        K.relu_forward(y, x)
+        assert y.tolist() == [0, 0, 0, 0, 1, 2]
+        stats = K.relu_forward.stats
+        print(stats.cache_path)
+        print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
+    """
+    path, first = _run(code, tmp_path, NUMBA_CACHE_DIR=str(cache))
+    assert path.startswith(str(cache)), path
+    assert first == "0 1"  # compiled, then saved
+    assert any(name.endswith(".nbi") for name in os.listdir(path))
+    path_again, second = _run(code, tmp_path, NUMBA_CACHE_DIR=str(cache))
+    assert path_again == path
+    assert second == "1 0"  # loaded from the cache, not compiled
+
+
+@needs_jit
+def test_import_changes_no_numba_setting_of_the_process(tmp_path):
+    """Other Numba code in the user's process keeps Numba's defaults (here: __pycache__ beside it)."""
+    (tmp_path / "theirs.py").write_text(textwrap.dedent("""
+        import numba
+
+        @numba.njit(cache=True)
+        def twice(x):
+            return 2 * x
+    """))
+    out = _run("""
+        import os
+        import numba
+        before = (numba.config.CACHE_DIR, os.environ.get("NUMBA_CACHE_DIR"), numba.config.BOUNDSCHECK)
+        import nnmem, nnmem.kernels.cpu
+        after = (numba.config.CACHE_DIR, os.environ.get("NUMBA_CACHE_DIR"), numba.config.BOUNDSCHECK)
+        assert before == after, (before, after)
+        import theirs
+        print(theirs.twice.stats.cache_path)
+    """, tmp_path)
+    assert out == [str(tmp_path / "__pycache__")]
+
+
+@needs_jit
+def test_bounds_checked_code_is_cached_apart(tmp_path):
+    """NUMBA_BOUNDSCHECK=1 is not part of Numba's cache key: without a folder of its own, a
+    checked run would load the unchecked code an earlier run cached, and check nothing."""
+    (tmp_path / "reader.py").write_text(textwrap.dedent("""
+        from nnmem.kernels.cpu._jit import njit
+
+        def _read(a, i):
+            return a[i]
+
+        read = njit(cache=True)(_read)
+    """))
+    code = """
+        import numpy as np
+        from reader import read
+        try:
+            read(np.zeros(4), 4)
+            print("unchecked")
+        except IndexError:
+            print("checked")
+        print(read.stats.cache_path)
+    """
+    cache = str(tmp_path / "cache")
+    normal, normal_path = _run(code, tmp_path, NUMBA_CACHE_DIR=cache)
+    checked, checked_path = _run(code, tmp_path, NUMBA_CACHE_DIR=cache, NUMBA_BOUNDSCHECK="1")
+    normal_again, normal_path_again = _run(code, tmp_path, NUMBA_CACHE_DIR=cache)
+    assert (normal, checked, normal_again) == ("unchecked", "checked", "unchecked")
+    assert checked_path == normal_path + "-boundscheck"
+    assert normal_path_again == normal_path
