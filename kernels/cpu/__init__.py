@@ -5,6 +5,10 @@ kernel writes into the buffers it is given and allocates nothing; kernels that n
 scratch memory take a ``workspace`` argument. Each ``name`` is the jitted alias of a
 plain Python ``_name`` in its module, so ``NUMBA_DISABLE_JIT=1`` makes all of them
 debuggable Python. See each module's docstring for its memory contract.
+
+They are compiled with ``_jit.njit``, which is ``numba.njit`` with Numba's on-disk cache kept
+outside the installed package (in Numba's user-wide cache folder, or ``NUMBA_CACHE_DIR``):
+``_jit.py`` explains why.
 """
 
 from .batchnorm import (

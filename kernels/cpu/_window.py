@@ -6,7 +6,7 @@ padding, the kernels ask once per offset which output positions land inside
 the input, and loop only over that range: the padded border costs nothing.
 """
 
-from numba import njit
+from ._jit import njit
 
 __all__ = ["window_output_size", "valid_range"]
 

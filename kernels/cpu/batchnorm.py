@@ -15,7 +15,9 @@ allocates or needs a workspace.
 
 import math
 
-from numba import njit, prange
+from numba import prange
+
+from ._jit import njit
 
 __all__ = ["batchnorm2d_forward_train", "batchnorm2d_forward_apply", "batchnorm2d_forward_infer",
            "batchnorm2d_backward"]

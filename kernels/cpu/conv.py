@@ -31,8 +31,9 @@ different chunkings agree to rounding.
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from ._jit import njit
 from ._window import valid_range, window_output_size
 from .elementwise import axpy
 from .gemm import matmul

@@ -17,7 +17,9 @@ so switching one to ``njit(parallel=True)`` is a one-word change.
 
 import math
 
-from numba import njit, prange
+from numba import prange
+
+from ._jit import njit
 
 __all__ = [
     "relu_forward", "relu_backward", "sigmoid_forward", "sigmoid_backward",

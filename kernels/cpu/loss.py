@@ -13,7 +13,7 @@ are outputs of the forward kernel kept for the backward kernel.
 
 import math
 
-from numba import njit
+from ._jit import njit
 
 __all__ = [
     "softmax_cross_entropy_forward", "softmax_cross_entropy_backward",

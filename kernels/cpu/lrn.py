@@ -23,7 +23,9 @@ rows, read and write contiguous w-runs, and allocate nothing.
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
+
+from ._jit import njit
 
 __all__ = ["lrn_forward", "lrn_backward"]
 

@@ -12,7 +12,9 @@ zeroes before the first step.
 
 import math
 
-from numba import njit, prange
+from numba import prange
+
+from ._jit import njit
 
 __all__ = ["sgd_update", "adam_update"]
 

@@ -21,8 +21,9 @@ order, so results are deterministic. No kernel allocates or needs a workspace.
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from ._jit import njit
 from ._window import valid_range, window_output_size
 
 __all__ = [

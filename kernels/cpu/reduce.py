@@ -11,7 +11,9 @@ kernels are compiled serial: waking the OpenMP pool (~0.05 ms) would cost more
 than it saves. The ``prange`` loops mark where they would split if made parallel.
 """
 
-from numba import njit, prange
+from numba import prange
+
+from ._jit import njit
 
 __all__ = ["sum_rows", "bias_grad_nchw"]
 
