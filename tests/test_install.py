@@ -25,7 +25,7 @@ from nnmem.kernels.cpu import (
 KERNEL_MODULES = [_window, batchnorm, conv, elementwise, loss, lrn, optim, pool, reduce]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(K.__file__))
 
-needs_jit = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="NUMBA_DISABLE_JIT: nothing is compiled")
+needs_jit = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="NUMBA_DISABLE_JIT: no compiling")
 
 
 def _dispatchers():
@@ -49,7 +49,8 @@ def test_every_kernel_caches_outside_the_package():
 def _run(code, tmp_path, **env_changes):
     """Run `code` in a fresh interpreter (Numba reads its settings once, at import)."""
     env = dict(os.environ)
-    for key in ("NUMBA_CACHE_DIR", "NUMBA_BOUNDSCHECK", "NUMBA_DISABLE_JIT", "NUMBA_CACHE_LOCATOR_CLASSES"):
+    for key in ("NUMBA_CACHE_DIR", "NUMBA_BOUNDSCHECK", "NUMBA_DISABLE_JIT",
+                "NUMBA_CACHE_LOCATOR_CLASSES"):
         env.pop(key, None)
     env.update(env_changes)
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path)] + [p for p in sys.path if p])
@@ -86,7 +87,7 @@ def test_numba_cache_dir_is_used_and_the_second_process_loads_instead_of_compili
 
 @needs_jit
 def test_import_changes_no_numba_setting_of_the_process(tmp_path):
-    """Other Numba code in the user's process keeps Numba's defaults (here: __pycache__ beside it)."""
+    """Other Numba code in the user's process keeps Numba's defaults (here: its __pycache__)."""
     (tmp_path / "theirs.py").write_text(textwrap.dedent("""
         import numba
 
@@ -97,9 +98,12 @@ def test_import_changes_no_numba_setting_of_the_process(tmp_path):
     out = _run("""
         import os
         import numba
-        before = (numba.config.CACHE_DIR, os.environ.get("NUMBA_CACHE_DIR"), numba.config.BOUNDSCHECK)
+        def settings():
+            config = numba.config
+            return config.CACHE_DIR, os.environ.get("NUMBA_CACHE_DIR"), config.BOUNDSCHECK
+        before = settings()
         import nnmem, nnmem.kernels.cpu
-        after = (numba.config.CACHE_DIR, os.environ.get("NUMBA_CACHE_DIR"), numba.config.BOUNDSCHECK)
+        after = settings()
         assert before == after, (before, after)
         import theirs
         print(theirs.twice.stats.cache_path)
