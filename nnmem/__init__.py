@@ -2,6 +2,7 @@
 
 SINGA's user API: ``from nnmem import tensor, device, layer, model, opt, autograd``.
 """
+
 from nnmem import autograd, device, layer, model, opt, tensor  # noqa: F401
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
