@@ -12,17 +12,21 @@
 3. Speed: images/second of eager and graph replay (MLP, CNN), and PyTorch CPU on the CNN,
    measured alternately in the same run (ratios, not absolute times).
 """
+
 import argparse
 
 import numpy as np
+from train import CASES, emit_json, measure
 
 from nnmem import device, opt, tensor
 from nnmem.memory import format_bytes
 from nnmem.models import create_model
-from train import CASES, emit_json, measure
 
-IDENTITY_CASES = {"cnn": (64, (1, 28, 28), {}), "mlp": (64, (1, 28, 28), {}),
-                  "resnet20": (32, (3, 32, 32), {"depth": 20})}
+IDENTITY_CASES = {
+    "cnn": (64, (1, 28, 28), {}),
+    "mlp": (64, (1, 28, 28), {}),
+    "resnet20": (32, (3, 32, 32), {"depth": 20}),
+}
 
 
 def run(name, iterations, use_graph, sequential=False, recycle=True, seed=0):
@@ -72,29 +76,45 @@ def main():
             print(f"   {name:9} {order:6} {'identical' if same else 'DIFFERENT'}")
 
     print("\n2. memory, ResNet-20 batch 32 (steady-state steps)")
-    runs = {"baseline (recycling off)": run("resnet20", 3, True, recycle=False),
-            "eager": run("resnet20", 3, False),
-            "graph": run("resnet20", 3, True)}
+    runs = {
+        "baseline (recycling off)": run("resnet20", 3, True, recycle=False),
+        "eager": run("resnet20", 3, False),
+        "graph": run("resnet20", 3, True),
+    }
     print(f"   {'':26} {'allocated peak':>15} {'high-water':>12}")
     for label, r in runs.items():
         s = r[2]
-        out["memory"][label] = {"allocated_peak": s["allocated_bytes.peak"],
-                                "high_water": s["high_water_bytes"]}
-        print(f"   {label:26} {format_bytes(s['allocated_bytes.peak']):>15} "
-              f"{format_bytes(s['high_water_bytes']):>12}")
+        out["memory"][label] = {
+            "allocated_peak": s["allocated_bytes.peak"],
+            "high_water": s["high_water_bytes"],
+        }
+        print(
+            f"   {label:26} {format_bytes(s['allocated_bytes.peak']):>15} "
+            f"{format_bytes(s['high_water_bytes']):>12}"
+        )
     base, eager, graph = (out["memory"][k] for k in runs)
     summary = runs["graph"][3].memory_summary()
     for measure_name in ("allocated_peak", "high_water"):
-        out["memory"][f"graph_over_baseline_{measure_name}"] = graph[measure_name] / base[measure_name]
-        out["memory"][f"graph_over_eager_{measure_name}"] = graph[measure_name] / eager[measure_name]
+        out["memory"][f"graph_over_baseline_{measure_name}"] = (
+            graph[measure_name] / base[measure_name]
+        )
+        out["memory"][f"graph_over_eager_{measure_name}"] = (
+            graph[measure_name] / eager[measure_name]
+        )
     out["memory"]["plan"] = summary
-    print(f"   graph / baseline: {graph['allocated_peak'] / base['allocated_peak']:.3f} allocated, "
-          f"{graph['high_water'] / base['high_water']:.3f} high-water")
-    print(f"   graph / eager:    {graph['allocated_peak'] / eager['allocated_peak']:.3f} allocated, "
-          f"{graph['high_water'] / eager['high_water']:.3f} high-water")
-    print(f"   static plan: arena {format_bytes(summary['arena_bytes'])}, lower bound "
-          f"{format_bytes(summary['lower_bound_bytes'])}, arena / LB "
-          f"{summary['arena_over_lower_bound']:.4f}; {summary['inplace_merges']} in-place merges")
+    print(
+        f"   graph / baseline: {graph['allocated_peak'] / base['allocated_peak']:.3f} allocated, "
+        f"{graph['high_water'] / base['high_water']:.3f} high-water"
+    )
+    print(
+        f"   graph / eager:    {graph['allocated_peak'] / eager['allocated_peak']:.3f} allocated, "
+        f"{graph['high_water'] / eager['high_water']:.3f} high-water"
+    )
+    print(
+        f"   static plan: arena {format_bytes(summary['arena_bytes'])}, lower bound "
+        f"{format_bytes(summary['lower_bound_bytes'])}, arena / LB "
+        f"{summary['arena_over_lower_bound']:.4f}; {summary['inplace_merges']} in-place merges"
+    )
 
     print("\n3. speed, images/second (median of alternating repeats)")
     for name in ("mlp", "cnn"):
@@ -103,10 +123,15 @@ def main():
         if "pytorch" in r:
             r["ratio_graph_vs_pytorch"] = r["nnmem_graph"] / r["pytorch"]
         out["speed"][name] = r
-        torch_part = (f"  pytorch {r['pytorch']:.0f}  graph/pytorch "
-                      f"{r['ratio_graph_vs_pytorch']:.2f}") if "pytorch" in r else ""
-        print(f"   {name:4} eager {r['nnmem_eager']:.0f}  graph {r['nnmem_graph']:.0f}  "
-              f"graph/eager {r['ratio_graph_vs_eager']:.2f}{torch_part}")
+        torch_part = (
+            (f"  pytorch {r['pytorch']:.0f}  graph/pytorch {r['ratio_graph_vs_pytorch']:.2f}")
+            if "pytorch" in r
+            else ""
+        )
+        print(
+            f"   {name:4} eager {r['nnmem_eager']:.0f}  graph {r['nnmem_graph']:.0f}  "
+            f"graph/eager {r['ratio_graph_vs_eager']:.2f}{torch_part}"
+        )
     emit_json(out, args.json)
 
 

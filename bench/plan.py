@@ -16,13 +16,15 @@ more, so three views are printed:
 - data, no workspaces: with direct convolutions (no im2col workspace), the closest to what
   SuperNeurons counts (it allocates workspaces separately, from memory left free).
 """
+
 import argparse
 import time
+
+from train import emit_json
 
 import nnmem.ops.conv as conv_op
 from nnmem.models import create_model
 from nnmem.planning import plan
-from train import emit_json
 
 SUPERNEURONS_MB = {"baseline": 2189.437, "liveness": 1489.355, "liveness + recompute": 886.23}
 
@@ -46,30 +48,44 @@ def main():
     mb = 1e6
     rows = {}
     print("AlexNet, batch 200, 3x227x227, float32 (MB = 10^6 bytes)")
-    print(f"  persistent (parameters, momentum, batch, results): {full.persistent_bytes / mb:.1f} MB")
-    print(f"  {'technique':22} {'full':>9} {'data':>9} {'data, no ws':>12} {'SuperNeurons':>13}  "
-          f"{'extra ops':>9}  peak at (data, no ws)")
+    print(
+        f"  persistent (parameters, momentum, batch, results): {full.persistent_bytes / mb:.1f} MB"
+    )
+    print(
+        f"  {'technique':22} {'full':>9} {'data':>9} {'data, no ws':>12} {'SuperNeurons':>13}  "
+        f"{'extra ops':>9}  peak at (data, no ws)"
+    )
     for a, b in zip(full.techniques, direct.techniques):
-        row = {"full_mb": a.peak_bytes / mb,
-               "data_mb": (a.peak_bytes - full.persistent_bytes) / mb,
-               "data_no_workspace_mb": (b.peak_bytes - direct.persistent_bytes) / mb,
-               "superneurons_mb": SUPERNEURONS_MB[a.technique],
-               "recomputations": b.recomputations, "peak_at": b.peak_operation}
+        row = {
+            "full_mb": a.peak_bytes / mb,
+            "data_mb": (a.peak_bytes - full.persistent_bytes) / mb,
+            "data_no_workspace_mb": (b.peak_bytes - direct.persistent_bytes) / mb,
+            "superneurons_mb": SUPERNEURONS_MB[a.technique],
+            "recomputations": b.recomputations,
+            "peak_at": b.peak_operation,
+        }
         rows[a.technique] = row
-        print(f"  {a.technique:22} {row['full_mb']:9.1f} {row['data_mb']:9.1f} "
-              f"{row['data_no_workspace_mb']:12.1f} {row['superneurons_mb']:13.1f}  "
-              f"{row['recomputations']:9d}  {row['peak_at']}")
+        print(
+            f"  {a.technique:22} {row['full_mb']:9.1f} {row['data_mb']:9.1f} "
+            f"{row['data_no_workspace_mb']:12.1f} {row['superneurons_mb']:13.1f}  "
+            f"{row['recomputations']:9d}  {row['peak_at']}"
+        )
     if not args.no_scale:
         start = time.perf_counter()
-        deep = plan(create_model("resnet", depth=3752, stem="imagenet", num_classes=1000),
-                    (16, 3, 224, 224))
+        deep = plan(
+            create_model("resnet", depth=3752, stem="imagenet", num_classes=1000), (16, 3, 224, 224)
+        )
         seconds = time.perf_counter() - start
-        rows["resnet_3752"] = {"seconds": seconds, "recorded_operations": deep.nodes,
-                               "peaks_gib": {t.technique: t.peak_bytes / 2**30
-                                             for t in deep.techniques}}
-        print(f"\nResNet-3752 (11,266 layers), batch 16, 3x224x224: planned in {seconds:.1f} s "
-              f"({deep.nodes} recorded operations); peaks " + ", ".join(
-                  f"{t.technique} {t.peak_bytes / 2**30:.1f} GiB" for t in deep.techniques))
+        rows["resnet_3752"] = {
+            "seconds": seconds,
+            "recorded_operations": deep.nodes,
+            "peaks_gib": {t.technique: t.peak_bytes / 2**30 for t in deep.techniques},
+        }
+        print(
+            f"\nResNet-3752 (11,266 layers), batch 16, 3x224x224: planned in {seconds:.1f} s "
+            f"({deep.nodes} recorded operations); peaks "
+            + ", ".join(f"{t.technique} {t.peak_bytes / 2**30:.1f} GiB" for t in deep.techniques)
+        )
     emit_json(rows, args.json)
 
 

@@ -8,17 +8,23 @@ The claim checked: cost-aware reaches the memory-centric strategy's peak with no
 25% more recomputations than the speed-centric one (SuperNeurons: AlexNet 17 versus 14 and
 23; ResNet-50 85 versus 84 and 118). Planned on shapes alone (nnmem.planning).
 """
+
 import argparse
+
+from train import emit_json
 
 from nnmem.models import create_model
 from nnmem.planning import plan
-from train import emit_json
 
-NETS = {"AlexNet": ("alexnet", {}, (3, 227, 227)),
-        "ResNet-50": ("resnet", {"depth": 50, "stem": "imagenet", "num_classes": 1000},
-                      (3, 224, 224)),
-        "ResNet-101": ("resnet", {"depth": 101, "stem": "imagenet", "num_classes": 1000},
-                       (3, 224, 224))}
+NETS = {
+    "AlexNet": ("alexnet", {}, (3, 227, 227)),
+    "ResNet-50": ("resnet", {"depth": 50, "stem": "imagenet", "num_classes": 1000}, (3, 224, 224)),
+    "ResNet-101": (
+        "resnet",
+        {"depth": 101, "stem": "imagenet", "num_classes": 1000},
+        (3, 224, 224),
+    ),
+}
 SUPERNEURONS = {"AlexNet": (14, 23, 17), "ResNet-50": (84, 118, 85), "ResNet-101": (169, 237, 170)}
 
 
@@ -28,27 +34,39 @@ def main():
     parser.add_argument("--json", help="also write the JSON to this file")
     args = parser.parse_args()
     results = {}
-    print(f"batch {args.batch}; recomputations (peak MiB: the step's lower bound); SuperNeurons' "
-          "counts speed / memory / cost-aware in the last column")
-    print(f"{'net':11} {'speed-centric':>19} {'memory-centric':>19} {'cost-aware':>19}  "
-          f"{'cost/speed':>10} {'reaches memory peak':>19}  SuperNeurons")
+    print(
+        f"batch {args.batch}; recomputations (peak MiB: the step's lower bound); SuperNeurons' "
+        "counts speed / memory / cost-aware in the last column"
+    )
+    print(
+        f"{'net':11} {'speed-centric':>19} {'memory-centric':>19} {'cost-aware':>19}  "
+        f"{'cost/speed':>10} {'reaches memory peak':>19}  SuperNeurons"
+    )
     for name, (model, kwargs, sample) in NETS.items():
         row = {}
         for strategy in ("speed", "memory", "cost-aware"):
-            t = plan(create_model(model, **kwargs), (args.batch,) + sample,
-                     recompute=strategy).techniques[2]
+            t = plan(
+                create_model(model, **kwargs), (args.batch,) + sample, recompute=strategy
+            ).techniques[2]
             # The step's peak is its lower bound (what any plan needs at the busiest step); the
             # placed arena adds a placement margin that differs from plan to plan.
-            row[strategy] = {"recomputations": t.recomputations, "peak_bytes": t.lower_bound_bytes,
-                             "arena_peak_bytes": t.peak_bytes}
+            row[strategy] = {
+                "recomputations": t.recomputations,
+                "peak_bytes": t.lower_bound_bytes,
+                "arena_peak_bytes": t.peak_bytes,
+            }
         speed, memory, cost = row["speed"], row["memory"], row["cost-aware"]
         row["cost_over_speed"] = cost["recomputations"] / max(speed["recomputations"], 1)
         row["reaches_memory_peak"] = cost["peak_bytes"] <= memory["peak_bytes"]
         results[name] = row
-        cells = "".join(f" {r['recomputations']:8d} ({r['peak_bytes'] / 2**20:7.1f})"
-                        for r in (speed, memory, cost))
-        print(f"{name:11}{cells}  {row['cost_over_speed']:10.2f} "
-              f"{str(row['reaches_memory_peak']):>19}  {SUPERNEURONS[name]}")
+        cells = "".join(
+            f" {r['recomputations']:8d} ({r['peak_bytes'] / 2**20:7.1f})"
+            for r in (speed, memory, cost)
+        )
+        print(
+            f"{name:11}{cells}  {row['cost_over_speed']:10.2f} "
+            f"{str(row['reaches_memory_peak']):>19}  {SUPERNEURONS[name]}"
+        )
     emit_json(results, args.json)
 
 

@@ -1,4 +1,5 @@
 """The benchmark's nets written in PyTorch, layer for layer as in nnmem.models (bench only)."""
+
 import torch
 from torch import nn
 
@@ -22,8 +23,9 @@ class BasicBlock(nn.Module):
         self.conv2, self.bn2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
         self.shortcut = nn.Sequential()
         if stride != 1 or cin != c:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, c, 1, stride, bias=False),
-                                          nn.BatchNorm2d(c))
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(cin, c, 1, stride, bias=False), nn.BatchNorm2d(c)
+            )
 
     def forward(self, x):
         y = torch.relu(self.bn1(self.conv1(x)))
@@ -34,8 +36,10 @@ class ResNet(nn.Module):
     def __init__(self, depth=20, num_channels=3, num_classes=10):
         super().__init__()
         n = (depth - 2) // 6
-        layers, cin = [nn.Conv2d(num_channels, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16),
-                       nn.ReLU()], 16
+        layers, cin = (
+            [nn.Conv2d(num_channels, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()],
+            16,
+        )
         for stage, c in enumerate((16, 32, 64)):
             for i in range(n):
                 layers.append(BasicBlock(cin, c, 2 if stage and i == 0 else 1))

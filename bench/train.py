@@ -6,6 +6,7 @@ Each repeat times `steps` training steps of each framework back to back (so that
 same machine load), after warm-up steps that absorb JIT compilation; the median over repeats
 is reported, with the ratio nnmem / PyTorch.
 """
+
 import argparse
 import json
 import statistics
@@ -19,8 +20,9 @@ from nnmem.models import create_model
 CASES = {
     "cnn": dict(model="cnn", batch=64, shape=(1, 28, 28), kwargs=dict(num_channels=1)),
     "mlp": dict(model="mlp", batch=64, shape=(1, 28, 28), kwargs=dict(hidden=(256, 256))),
-    "resnet20": dict(model="resnet", batch=32, shape=(3, 32, 32),
-                     kwargs=dict(depth=20, num_channels=3)),
+    "resnet20": dict(
+        model="resnet", batch=32, shape=(3, 32, 32), kwargs=dict(depth=20, num_channels=3)
+    ),
 }
 LR, MOMENTUM, WEIGHT_DECAY = 0.02, 0.9, 1e-5
 
@@ -58,6 +60,7 @@ def torch_step(case, seed=0):
         sgd.zero_grad()
         loss_fn(net(x), y).backward()
         sgd.step()
+
     return step
 
 

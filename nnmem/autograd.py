@@ -9,6 +9,7 @@ final, so an optimizer can update that parameter and drop its gradient at once.
 Memory contract: each operator drops its saved tensors the moment its backward has run, so a
 forward activation lives exactly until the backward step that last needs it.
 """
+
 import contextlib
 import math
 import sys
@@ -30,6 +31,7 @@ class _Module(types.ModuleType):
     Model.train()/eval() and SINGA scripts set it. Each thread has its own value, so a
     thread evaluating one model cannot switch off another thread's training; a thread that
     never set it sees the value last set by any thread (False at first)."""
+
     _default_training = False
 
     @property
@@ -80,9 +82,9 @@ class Operator:
 
     def __init__(self, name=None):
         self.name = name or type(self).__name__
-        self.src = []          # per input: (creator op or None, output index, leaf param or None)
-        self.saved = ()        # tensors kept for backward, dropped right after it
-        self.needs_grad = ()   # per input: does a gradient have to flow into it?
+        self.src = []  # per input: (creator op or None, output index, leaf param or None)
+        self.saved = ()  # tensors kept for backward, dropped right after it
+        self.needs_grad = ()  # per input: does a gradient have to flow into it?
         self.requires_grad = False
         self.device = None
         self.label = self.name
@@ -92,13 +94,16 @@ class Operator:
         self.device = xs[0].device
         for x in xs[1:]:
             if x.device is not self.device:
-                raise ValueError(f"{self.name}: inputs live on different devices "
-                                 f"({self.device} and {x.device}); move them to one device")
+                raise ValueError(
+                    f"{self.name}: inputs live on different devices "
+                    f"({self.device} and {x.device}); move them to one device"
+                )
         # A leaf that does not store its gradient (an input batch) never receives one, so its
         # gradient is not computed at all (conv1 skips its backward-data pass).
         training = _training()
-        self.needs_grad = tuple(training and x.requires_grad and
-                                (x.creator is not None or x.stores_grad) for x in xs)
+        self.needs_grad = tuple(
+            training and x.requires_grad and (x.creator is not None or x.stores_grad) for x in xs
+        )
         self.requires_grad = any(self.needs_grad)
         scope = _scope()
         self.label = f"{scope[-1]}:{self.name}" if scope else self.name
@@ -106,8 +111,14 @@ class Operator:
         if not self.requires_grad:
             self.saved = ()
             return ys
-        self.src = [(x.creator, getattr(x, "creator_index", 0),
-                     x if x.creator is None and x.stores_grad else None) for x in xs]
+        self.src = [
+            (
+                x.creator,
+                getattr(x, "creator_index", 0),
+                x if x.creator is None and x.stores_grad else None,
+            )
+            for x in xs
+        ]
         outputs = ys if isinstance(ys, tuple) else (ys,)
         self.output_meta = [(y.shape, y.dtype) for y in outputs]
         for i, y in enumerate(outputs):
@@ -120,6 +131,7 @@ class Operator:
     def output(self, shape, dtype):
         """A new, not yet allocated tensor labelled with this operator (for memory reports)."""
         from nnmem.tensor import Tensor
+
         dtype = np.dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
         desc = f"{self.label} {tuple(shape)} {dtype}"
@@ -134,8 +146,9 @@ class Operator:
         (SuperNeurons' recomputation): SAME (the call itself is a pure function of its reads),
         or (fn, reads, writes) of a call that rebuilds the outputs from tensors kept anyway.
         """
-        self.device.exec(fn, reads, writes, name=self.label, inplace=inplace, phase=self.phase,
-                         rebuild=rebuild)
+        self.device.exec(
+            fn, reads, writes, name=self.label, inplace=inplace, phase=self.phase, rebuild=rebuild
+        )
 
     def save(self, *tensors):
         """Keep tensors for backward (only when a gradient will be computed).
@@ -146,9 +159,11 @@ class Operator:
         """
         if self.requires_grad:
             from nnmem.tensor import Tensor
+
             self.saved = tuple(
                 None if t is None else Tensor._on_block(t.block, t.shape, t.dtype, t.device)
-                for t in tensors)
+                for t in tensors
+            )
 
     def release(self):
         """Drop what backward needed: its memory can now be recycled."""
@@ -169,10 +184,12 @@ def backward(y, dy=None):
     to it. `y` is usually the scalar loss; `dy` defaults to ones.
     """
     if y.creator is None:
-        raise ValueError("backward(y): no gradient can flow into y: it was computed with "
-                         "autograd.training off (model.eval(); use model.train() or "
-                         "autograd.training = True before the forward pass), or from tensors "
-                         "none of which needs a gradient (no parameter, no requires_grad=True)")
+        raise ValueError(
+            "backward(y): no gradient can flow into y: it was computed with "
+            "autograd.training off (model.eval(); use model.train() or "
+            "autograd.training = True before the forward pass), or from tensors "
+            "none of which needs a gradient (no parameter, no requires_grad=True)"
+        )
     if dy is None:
         dy = _constant(y.shape, y.dtype, y.device, 1.0)
     pending = _count_consumers(y.creator)
@@ -210,9 +227,15 @@ def backward(y, dy=None):
 def _constant(shape, dtype, device, value):
     """A tensor filled with `value` by a device operation (so that a recorded step refills it)."""
     from nnmem.tensor import Tensor
+
     t = Tensor(shape, device, dtype, requires_grad=False)
-    device.exec(lambda t_: t_.fill(value), reads=(), writes=(t,), name=f"backward:fill {value}",
-                phase="backward")
+    device.exec(
+        lambda t_: t_.fill(value),
+        reads=(),
+        writes=(t,),
+        name=f"backward:fill {value}",
+        phase="backward",
+    )
     return t
 
 

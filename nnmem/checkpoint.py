@@ -17,6 +17,7 @@ Loading is all or nothing, and its memory is bounded by what the model expects:
 5. only then are the model's states written.
 No pickle is ever loaded.
 """
+
 import contextlib
 import io
 import json
@@ -59,6 +60,7 @@ class CheckpointError(ValueError):
 
 class _State(NamedTuple):
     """One entry of states_attr.json, checked."""
+
     kind: int  # MODEL_STATE_TYPE or AUX_STATE_TYPE
     shape: tuple
     dtype: np.dtype
@@ -81,14 +83,17 @@ def save(fpath, model_states, aux_states):
             if not isinstance(t, Tensor):
                 raise TypeError(f"save_states: {name} is a {type(t).__name__}, not a Tensor")
             if name in attrs:
-                raise ValueError(f"save_states: the auxiliary state {name!r} has the name of a "
-                                 "model state; rename it")
+                raise ValueError(
+                    f"save_states: the auxiliary state {name!r} has the name of a "
+                    "model state; rename it"
+                )
             tensors[name] = to_numpy(t)
             attrs[name] = {"state_type": kind, "shape": list(t.shape), "dtype": str(t.dtype)}
     npz = io.BytesIO()
     np.savez(npz, **tensors)
-    _write_zip_atomically(fpath, {TENSOR_DICT_FILENAME: npz.getvalue(),
-                                  STATES_ATTR_FILENAME: json.dumps(attrs)})
+    _write_zip_atomically(
+        fpath, {TENSOR_DICT_FILENAME: npz.getvalue(), STATES_ATTR_FILENAME: json.dumps(attrs)}
+    )
 
 
 def _write_zip_atomically(fpath, members):
@@ -116,8 +121,7 @@ def _create_beside(fpath):
     which tempfile.mkstemp would narrow to 0o600."""
     folder, name = os.path.split(os.path.abspath(fpath))
     tmp_path = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
-                 0o666)
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     return tmp_path, os.fdopen(fd, "wb")
 
 
@@ -135,8 +139,11 @@ def load(fpath, model_states):
     for name, state in states.items():
         if state.kind == MODEL_STATE_TYPE:
             _check_finite(fpath, name, arrays[name])
-    aux = {name: from_numpy(arrays[name], dev) for name, state in states.items()
-           if state.kind == AUX_STATE_TYPE}
+    aux = {
+        name: from_numpy(arrays[name], dev)
+        for name, state in states.items()
+        if state.kind == AUX_STATE_TYPE
+    }
     with deferred_interrupts():  # all the parameters of the file, or none of them
         for name, t in model_states.items():
             t.copy_from_numpy(arrays[name])
@@ -150,8 +157,10 @@ def _read_checked(fpath, model_states, dev):
         with zipfile.ZipFile(fpath) as zf:
             names = set(zf.namelist())
             if not {TENSOR_DICT_FILENAME, STATES_ATTR_FILENAME} <= names:
-                raise CheckpointError(f"{fpath}: a zip without {TENSOR_DICT_FILENAME} and "
-                                      f"{STATES_ATTR_FILENAME}; {_FIX}")
+                raise CheckpointError(
+                    f"{fpath}: a zip without {TENSOR_DICT_FILENAME} and "
+                    f"{STATES_ATTR_FILENAME}; {_FIX}"
+                )
             states = _parse_attrs(fpath, _read_attrs(fpath, zf))
             _check_model_states(fpath, states, model_states)
             _check_aux_states(fpath, states, dev)
@@ -159,8 +168,9 @@ def _read_checked(fpath, model_states, dev):
     except CheckpointError:
         raise
     except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError, zlib.error) as e:
-        raise CheckpointError(f"{fpath}: not a readable checkpoint ({type(e).__name__}: {e}); "
-                              f"{_FIX}") from e
+        raise CheckpointError(
+            f"{fpath}: not a readable checkpoint ({type(e).__name__}: {e}); {_FIX}"
+        ) from e
 
 
 def _unreadable(fpath, problem):
@@ -171,29 +181,42 @@ def _read_attrs(fpath, zf):
     """states_attr.json parsed, read only if its size is plausible."""
     size = zf.getinfo(STATES_ATTR_FILENAME).file_size
     if size > MAX_ATTRS_BYTES:
-        raise _unreadable(fpath, f"{STATES_ATTR_FILENAME} is {size} bytes, more than the "
-                                 f"{MAX_ATTRS_BYTES} ({format_bytes(MAX_ATTRS_BYTES)}) any "
-                                 "checkpoint's list of states takes")
+        raise _unreadable(
+            fpath,
+            f"{STATES_ATTR_FILENAME} is {size} bytes, more than the "
+            f"{MAX_ATTRS_BYTES} ({format_bytes(MAX_ATTRS_BYTES)}) any "
+            "checkpoint's list of states takes",
+        )
     try:
         return json.loads(zf.read(STATES_ATTR_FILENAME))
     except RecursionError:  # json recurses once per nesting level
-        raise _unreadable(fpath, f"{STATES_ATTR_FILENAME} nests JSON deeper than Python can "
-                                 "parse, where a checkpoint has one level of entries") from None
+        raise _unreadable(
+            fpath,
+            f"{STATES_ATTR_FILENAME} nests JSON deeper than Python can "
+            "parse, where a checkpoint has one level of entries",
+        ) from None
 
 
 def _parse_attrs(fpath, attrs):
     """{name: _State} from the parsed states_attr.json."""
     if not isinstance(attrs, dict):
-        raise _unreadable(fpath, f"{STATES_ATTR_FILENAME} holds {_short(attrs)}, not an object "
-                                 "{name: {state_type, shape, dtype}}")
+        raise _unreadable(
+            fpath,
+            f"{STATES_ATTR_FILENAME} holds {_short(attrs)}, not an object "
+            "{name: {state_type, shape, dtype}}",
+        )
     return {name: _parse_entry(fpath, name, entry) for name, entry in attrs.items()}
 
 
 def _parse_entry(fpath, name, entry):
     """One state's entry: {"state_type": 0 or 1, "shape": [sizes], "dtype": "float32"}."""
+
     def bad(problem):
-        return _unreadable(fpath, f"in {STATES_ATTR_FILENAME}, {name!r} {problem} (an entry is "
-                                  '{"state_type": 0 or 1, "shape": [sizes], "dtype": "float32"})')
+        return _unreadable(
+            fpath,
+            f"in {STATES_ATTR_FILENAME}, {name!r} {problem} (an entry is "
+            '{"state_type": 0 or 1, "shape": [sizes], "dtype": "float32"})',
+        )
 
     if not isinstance(entry, dict):
         raise bad(f"is {_short(entry)}, not an object")
@@ -226,12 +249,17 @@ def _check_model_states(fpath, states, model_states):
     saved = {name for name, s in states.items() if s.kind == MODEL_STATE_TYPE}
     missing, unknown = sorted(set(model_states) - saved), sorted(saved - set(model_states))
     if missing or unknown:
-        raise CheckpointError(f"{fpath}: the checkpoint does not match this model (missing "
-                              f"{missing}, unexpected {unknown}); was it saved from another "
-                              "model class or configuration?")
-    wrong = [f"{name} is {states[name].shape} {states[name].dtype} in the file but "
-             f"{t.shape} {t.dtype} in the model" for name, t in sorted(model_states.items())
-             if (states[name].shape, states[name].dtype) != (t.shape, t.dtype)]
+        raise CheckpointError(
+            f"{fpath}: the checkpoint does not match this model (missing "
+            f"{missing}, unexpected {unknown}); was it saved from another "
+            "model class or configuration?"
+        )
+    wrong = [
+        f"{name} is {states[name].shape} {states[name].dtype} in the file but "
+        f"{t.shape} {t.dtype} in the model"
+        for name, t in sorted(model_states.items())
+        if (states[name].shape, states[name].dtype) != (t.shape, t.dtype)
+    ]
     if wrong:
         raise CheckpointError(f"{fpath}: " + "; ".join(wrong))
 
@@ -244,8 +272,9 @@ def _check_aux_states(fpath, states, dev):
         try:
             _check_dtype(s.dtype)
         except TypeError as e:
-            raise CheckpointError(f"{fpath}: the auxiliary state {name!r} cannot be loaded: "
-                                  f"{e}, then save it again") from None
+            raise CheckpointError(
+                f"{fpath}: the auxiliary state {name!r} cannot be loaded: {e}, then save it again"
+            ) from None
     need = sum(s.nbytes for s in aux.values())
     free = dev.memory_stats()["free_bytes"]
     if need > free:
@@ -254,35 +283,48 @@ def _check_aux_states(fpath, states, dev):
             f"{fpath}: the auxiliary states need {format_bytes(need)} ({need} bytes; the largest, "
             f"{largest!r}, is {aux[largest].shape} {aux[largest].dtype}) but the device pool has "
             f"{format_bytes(free)} ({free} bytes) free; load on a device with a larger pool, "
-            "e.g. device.create_cpu_device('4GiB'), or pass less in aux_states when saving")
+            "e.g. device.create_cpu_device('4GiB'), or pass less in aux_states when saving"
+        )
 
 
 def _read_arrays(fpath, zf, states):
     """{name: ndarray} from tensor_dict.npz, which must hold exactly `states`."""
     size, limit = zf.getinfo(TENSOR_DICT_FILENAME).file_size, _npz_size_limit(states)
     if size > limit:
-        raise _unreadable(fpath, f"{TENSOR_DICT_FILENAME} decompresses to {format_bytes(size)} "
-                                 f"({size} bytes) but the states that {STATES_ATTR_FILENAME} "
-                                 f"lists take at most {limit} bytes in it: the file is damaged, "
-                                 "or made to exhaust memory (a zip bomb)")
+        raise _unreadable(
+            fpath,
+            f"{TENSOR_DICT_FILENAME} decompresses to {format_bytes(size)} "
+            f"({size} bytes) but the states that {STATES_ATTR_FILENAME} "
+            f"lists take at most {limit} bytes in it: the file is damaged, "
+            "or made to exhaust memory (a zip bomb)",
+        )
     # Reading the npz's members straight from the deflated stream would be slower: zipfile
     # seeks backwards in it (to find the npz's index) by decompressing again from the start.
-    with zf.open(TENSOR_DICT_FILENAME) as member, \
-            tempfile.SpooledTemporaryFile(_SPOOL_IN_MEMORY) as npz_file:
+    with (
+        zf.open(TENSOR_DICT_FILENAME) as member,
+        tempfile.SpooledTemporaryFile(_SPOOL_IN_MEMORY) as npz_file,
+    ):
         shutil.copyfileobj(member, npz_file, _CHUNK)
         npz_file.seek(0)
         with zipfile.ZipFile(npz_file) as npz:
             members = _npy_members(fpath, npz, states)
-            return {name: _read_npy(fpath, npz, info, name, states[name])
-                    for name, info in members.items()}
+            return {
+                name: _read_npy(fpath, npz, info, name, states[name])
+                for name, info in members.items()
+            }
 
 
 def _npz_size_limit(states):
     """The most bytes an npz of exactly `states`, as np.savez writes it, can take: each state's
     data, .npy header and zip records (which hold its name twice), and the archive's end."""
     return _ZIP_END_RECORDS + sum(
-        s.nbytes + _NPY_HEADER_ALLOWANCE + _NPY_HEADER_PER_DIM * len(s.shape)
-        + _ZIP_RECORDS_ALLOWANCE + 2 * len(name.encode()) for name, s in states.items())
+        s.nbytes
+        + _NPY_HEADER_ALLOWANCE
+        + _NPY_HEADER_PER_DIM * len(s.shape)
+        + _ZIP_RECORDS_ALLOWANCE
+        + 2 * len(name.encode())
+        for name, s in states.items()
+    )
 
 
 def _npy_members(fpath, npz, states):
@@ -290,12 +332,17 @@ def _npy_members(fpath, npz, states):
     infos = npz.infolist()
     not_npy = [info.filename for info in infos if not info.filename.endswith(".npy")]
     if not_npy:
-        raise _unreadable(fpath, f"{TENSOR_DICT_FILENAME} holds {_short(not_npy)}, which "
-                                 "are not .npy arrays (an npz holds only NAME.npy members)")
-    members = {info.filename[:-len(".npy")]: info for info in infos}
+        raise _unreadable(
+            fpath,
+            f"{TENSOR_DICT_FILENAME} holds {_short(not_npy)}, which "
+            "are not .npy arrays (an npz holds only NAME.npy members)",
+        )
+    members = {info.filename[: -len(".npy")]: info for info in infos}
     if len(members) != len(infos) or set(members) != set(states):
-        raise CheckpointError(f"{fpath}: {STATES_ATTR_FILENAME} and {TENSOR_DICT_FILENAME} list "
-                              f"different tensors; the file is corrupt or foreign; {_FIX}")
+        raise CheckpointError(
+            f"{fpath}: {STATES_ATTR_FILENAME} and {TENSOR_DICT_FILENAME} list "
+            f"different tensors; the file is corrupt or foreign; {_FIX}"
+        )
     return members
 
 
@@ -305,12 +352,18 @@ def _read_npy(fpath, npz, info, name, state):
     with npz.open(info) as f:
         shape, dtype, header_size = _read_npy_header(fpath, name, f)
     if (shape, dtype) != (state.shape, state.dtype):
-        raise _unreadable(fpath, f"{name}.npy says {shape} {dtype} in its header but "
-                                 f"{STATES_ATTR_FILENAME} says {state.shape} {state.dtype}")
+        raise _unreadable(
+            fpath,
+            f"{name}.npy says {shape} {dtype} in its header but "
+            f"{STATES_ATTR_FILENAME} says {state.shape} {state.dtype}",
+        )
     if info.file_size != header_size + state.nbytes:
-        raise _unreadable(fpath, f"{name}.npy is {info.file_size} bytes but its header "
-                                 f"({header_size} bytes) announces {state.nbytes} bytes of data "
-                                 "after it")
+        raise _unreadable(
+            fpath,
+            f"{name}.npy is {info.file_size} bytes but its header "
+            f"({header_size} bytes) announces {state.nbytes} bytes of data "
+            "after it",
+        )
     with npz.open(info) as f:  # all checked: numpy reads the array, a chunk at a time
         return np.lib.format.read_array(f, allow_pickle=False, max_header_size=NPY_HEADER_LIMIT)
 
@@ -322,20 +375,30 @@ def _read_npy_header(fpath, name, f):
     header would be read), so the length is read and checked here first."""
     version = np.lib.format.read_magic(f)
     if version not in ((1, 0), (2, 0)):
-        raise _unreadable(fpath, f"{name}.npy is .npy version {version[0]}.{version[1]}, where "
-                                 "np.save writes 1.0, or 2.0 for very long headers")
+        raise _unreadable(
+            fpath,
+            f"{name}.npy is .npy version {version[0]}.{version[1]}, where "
+            "np.save writes 1.0, or 2.0 for very long headers",
+        )
     length_format = "<H" if version == (1, 0) else "<I"
     length_field = _read_exactly(fpath, name, f, struct.calcsize(length_format))
     (length,) = struct.unpack(length_format, length_field)
     if length > NPY_HEADER_LIMIT:
-        raise _unreadable(fpath, f"{name}.npy has a header of {format_bytes(length)} ({length} "
-                                 f"bytes), more than numpy's limit of {NPY_HEADER_LIMIT} bytes "
-                                 "(np.save writes about 128)")
+        raise _unreadable(
+            fpath,
+            f"{name}.npy has a header of {format_bytes(length)} ({length} "
+            f"bytes), more than numpy's limit of {NPY_HEADER_LIMIT} bytes "
+            "(np.save writes about 128)",
+        )
     header = _read_exactly(fpath, name, f, length)
-    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                   else np.lib.format.read_array_header_2_0)
-    shape, _, dtype = read_header(io.BytesIO(length_field + header),
-                                  max_header_size=NPY_HEADER_LIMIT)
+    read_header = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
+    shape, _, dtype = read_header(
+        io.BytesIO(length_field + header), max_header_size=NPY_HEADER_LIMIT
+    )
     return shape, dtype, np.lib.format.MAGIC_LEN + len(length_field) + length
 
 
@@ -356,4 +419,5 @@ def _check_finite(fpath, name, array):
         raise CheckpointError(
             f"{fpath}: {name} holds {bad} NaN or infinite values (of {array.size}); the model "
             "was saved after its training diverged: load an earlier checkpoint, or train again "
-            "with a lower learning rate")
+            "with a lower learning rate"
+        )

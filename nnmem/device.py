@@ -9,6 +9,7 @@ The function receives NumPy views of the tensors' bytes, outputs first:
 ``fn(*write_arrays, *read_arrays)``; it never sees a Tensor, so a recorded graph keeps no
 Python reference alive.
 """
+
 import contextlib
 import itertools
 import os
@@ -50,8 +51,7 @@ class Device:
 
     lang = "cpp"
 
-    def __init__(self, pool_bytes=None, strategy="best_fit", name="cpu", dev_id=-1,
-                 virtual=False):
+    def __init__(self, pool_bytes=None, strategy="best_fit", name="cpu", dev_id=-1, virtual=False):
         if pool_bytes is None:
             pool_bytes = os.environ.get("NNMEM_POOL_BYTES", DEFAULT_POOL_BYTES)
         self.virtual = virtual
@@ -134,6 +134,7 @@ class Device:
         graph keeps the draws in order (made on first use)."""
         if self._rng_state is None:
             from nnmem.tensor import Tensor
+
             self._rng_state = Tensor((1,), self, np.int64, requires_grad=False, name="rng_state")
             self._rng_state.set_value(0)
         return self._rng_state
@@ -173,8 +174,9 @@ class Device:
             fn(*arrays)
         if self.memory_samples is not None:
             stats = self.pool.stats()
-            self.memory_samples.append((name, stats["allocated_bytes.current"],
-                                        stats["active_blocks"]))
+            self.memory_samples.append(
+                (name, stats["allocated_bytes.current"], stats["active_blocks"])
+            )
 
     # -- SINGA's device methods -------------------------------------------------------------
     def SetRandSeed(self, seed):
@@ -207,11 +209,15 @@ class Device:
             rows[key][1] += calls
         total = sum(seconds for seconds, _ in rows.values()) or 1.0
         steps = max(self.iteration - self.skip_iterations, 1)
-        lines = [f"time profile over {steps} step(s), per step:",
-                 f"{'operation':40} {'ms/step':>9} {'calls/step':>10} {'share':>6}"]
+        lines = [
+            f"time profile over {steps} step(s), per step:",
+            f"{'operation':40} {'ms/step':>9} {'calls/step':>10} {'share':>6}",
+        ]
         for key, (seconds, calls) in sorted(rows.items(), key=lambda kv: -kv[1][0]):
-            lines.append(f"{key[:40]:40} {1e3 * seconds / steps:9.3f} {calls / steps:10.1f} "
-                         f"{seconds / total:6.1%}")
+            lines.append(
+                f"{key[:40]:40} {1e3 * seconds / steps:9.3f} {calls / steps:10.1f} "
+                f"{seconds / total:6.1%}"
+            )
         return "\n".join(lines)
 
     def id(self):
@@ -248,7 +254,8 @@ def create_cuda_gpu(*args, **kwargs):
     """CUDA devices come in a later version of nnmem."""
     raise DeviceUnavailable(
         "create_cuda_gpu(): this version of nnmem has no CUDA device yet; "
-        "use device.create_cpu_device() (the same model code runs on it unchanged)")
+        "use device.create_cpu_device() (the same model code runs on it unchanged)"
+    )
 
 
 def create_cuda_gpu_on(*args, **kwargs):

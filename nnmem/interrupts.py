@@ -11,6 +11,7 @@ Python delivers signals to the main thread only, so elsewhere there is nothing t
 the context manager does nothing. A handler the user installed (not Python's default) is left
 alone: it was chosen on purpose.
 """
+
 import contextlib
 import signal
 import threading
@@ -19,8 +20,10 @@ import threading
 @contextlib.contextmanager
 def deferred_interrupts():
     """Run the block with SIGINT held back; re-raise KeyboardInterrupt after it if one came."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
         yield
         return
     received = []

@@ -4,6 +4,7 @@ A layer creates its parameters the first time it is called, from the input's sha
 device (so ``Linear(500)`` needs no input size). Sub-layers and tensors assigned as attributes
 are registered in assignment order, and named with dots: ``conv1.W``, ``bn1.running_mean``.
 """
+
 import math
 
 import numpy as np
@@ -17,8 +18,9 @@ class Layer:
     sep = "."
 
     def __init__(self):
-        self.__dict__.update(name=None, _parent=None, _layers={}, _params={}, _states={},
-                             _initialized=False)
+        self.__dict__.update(
+            name=None, _parent=None, _layers={}, _params={}, _states={}, _initialized=False
+        )
 
     # -- registration ----------------------------------------------------------------------
     def __setattr__(self, name, value):
@@ -114,6 +116,7 @@ class Layer:
 
 def _to_numpy(t):
     from nnmem.tensor import to_numpy
+
     return to_numpy(t)
 
 
@@ -123,9 +126,7 @@ def _param(shape, x, requires_grad=True):
     Layers assign it to an attribute first and fill it afterwards: the assignment names it
     (conv1.W), so if filling it (its first write, the allocation) runs out of memory, the
     report names the parameter instead of an anonymous tensor."""
-    return Tensor(shape, x.device, x.dtype, requires_grad=requires_grad,
-                  stores_grad=requires_grad)
-
+    return Tensor(shape, x.device, x.dtype, requires_grad=requires_grad, stores_grad=requires_grad)
 
 
 class Linear(Layer):
@@ -140,11 +141,15 @@ class Linear(Layer):
 
     def initialize(self, x):
         if x.ndim() != 2:
-            raise ValueError(f"{self.full_name() or 'Linear'}: input of shape {x.shape}; Linear "
-                             "takes (batch, features): put a Flatten before it")
+            raise ValueError(
+                f"{self.full_name() or 'Linear'}: input of shape {x.shape}; Linear "
+                "takes (batch, features): put a Flatten before it"
+            )
         if self.in_features is not None and x.shape[1] != self.in_features:
-            raise ValueError(f"{self.full_name() or 'Linear'}: declared in_features="
-                             f"{self.in_features} but the input has {x.shape[1]} features")
+            raise ValueError(
+                f"{self.full_name() or 'Linear'}: declared in_features="
+                f"{self.in_features} but the input has {x.shape[1]} features"
+            )
         self.in_features = x.shape[1]
         std = math.sqrt(2.0 / (self.in_features + self.out_features))
         self.W = _param((self.in_features, self.out_features), x)
@@ -155,8 +160,10 @@ class Linear(Layer):
 
     def forward(self, x):
         if x.ndim() != 2 or x.shape[1] != self.in_features:
-            raise ValueError(f"{self.full_name() or 'Linear'}: input of shape {x.shape}, expected "
-                             f"(batch, {self.in_features})")
+            raise ValueError(
+                f"{self.full_name() or 'Linear'}: input of shape {x.shape}, expected "
+                f"(batch, {self.in_features})"
+            )
         y = autograd.matmul(x, self.W)
         return autograd.add_bias(y, self.b) if self.bias else y
 
@@ -166,8 +173,21 @@ class Conv2d(Layer):
     kernel_size, stride, padding) (SINGA). activation="RELU" appends a ReLU. algorithm is
     "auto" (fastest that fits the free memory), "gemm" or "direct"."""
 
-    def __init__(self, nb_kernels, kernel_size, *args, stride=1, padding=0, dilation=1, group=1,
-                 bias=True, pad_mode="NOTSET", activation="NOTSET", algorithm="auto", **kwargs):
+    def __init__(
+        self,
+        nb_kernels,
+        kernel_size,
+        *args,
+        stride=1,
+        padding=0,
+        dilation=1,
+        group=1,
+        bias=True,
+        pad_mode="NOTSET",
+        activation="NOTSET",
+        algorithm="auto",
+        **kwargs,
+    ):
         super().__init__()
         self.in_channels = None
         if args:
@@ -177,8 +197,10 @@ class Conv2d(Layer):
         if len(args) > 2:
             padding = args[2]
         if dilation != 1 or group != 1 or pad_mode != "NOTSET":
-            raise NotImplementedError("Conv2d: dilation, group and pad_mode are not supported yet;"
-                                      " use dilation=1, group=1 and explicit padding")
+            raise NotImplementedError(
+                "Conv2d: dilation, group and pad_mode are not supported yet;"
+                " use dilation=1, group=1 and explicit padding"
+            )
         if activation not in ("NOTSET", "RELU"):
             raise ValueError(f"Conv2d: activation {activation!r}; use 'RELU' or 'NOTSET'")
         self.nb_kernels, self.kernel_size = nb_kernels, pair(kernel_size)
@@ -187,11 +209,15 @@ class Conv2d(Layer):
 
     def initialize(self, x):
         if x.ndim() != 4:
-            raise ValueError(f"{self.full_name() or 'Conv2d'}: input of shape {x.shape}; Conv2d "
-                             "takes (N, C, H, W)")
+            raise ValueError(
+                f"{self.full_name() or 'Conv2d'}: input of shape {x.shape}; Conv2d "
+                "takes (N, C, H, W)"
+            )
         if self.in_channels is not None and x.shape[1] != self.in_channels:
-            raise ValueError(f"{self.full_name() or 'Conv2d'}: declared {self.in_channels} input "
-                             f"channels but the input {x.shape} has {x.shape[1]}")
+            raise ValueError(
+                f"{self.full_name() or 'Conv2d'}: declared {self.in_channels} input "
+                f"channels but the input {x.shape} has {x.shape[1]}"
+            )
         self.in_channels = x.shape[1]
         kh, kw = self.kernel_size
         std = math.sqrt(2.0 / (self.in_channels * kh * kw + self.nb_kernels))
@@ -203,10 +229,13 @@ class Conv2d(Layer):
 
     def forward(self, x):
         if x.ndim() != 4 or x.shape[1] != self.in_channels:
-            raise ValueError(f"{self.full_name() or 'Conv2d'}: input of shape {x.shape}, expected "
-                             f"(N, {self.in_channels}, H, W)")
-        y = autograd.conv2d(x, self.W, self.b if self.bias else None, self.stride, self.padding,
-                            self.algorithm)
+            raise ValueError(
+                f"{self.full_name() or 'Conv2d'}: input of shape {x.shape}, expected "
+                f"(N, {self.in_channels}, H, W)"
+            )
+        y = autograd.conv2d(
+            x, self.W, self.b if self.bias else None, self.stride, self.padding, self.algorithm
+        )
         return autograd.relu(y) if self.activation == "RELU" else y
 
 
@@ -229,6 +258,7 @@ class MaxPool2d(_Pooling2d):
 
 class AvgPool2d(_Pooling2d):
     """Mean over kernel_size windows (padded zeros count); stride defaults to kernel_size."""
+
     is_max = False
 
 
@@ -243,12 +273,16 @@ class BatchNorm2d(Layer):
 
     def initialize(self, x):
         if x.ndim() != 4:
-            raise ValueError(f"{self.full_name() or 'BatchNorm2d'}: input of shape {x.shape}; "
-                             "BatchNorm2d takes (N, C, H, W)")
+            raise ValueError(
+                f"{self.full_name() or 'BatchNorm2d'}: input of shape {x.shape}; "
+                "BatchNorm2d takes (N, C, H, W)"
+            )
         c = x.shape[1]
         if self.num_features is not None and c != self.num_features:
-            raise ValueError(f"{self.full_name() or 'BatchNorm2d'}: declared {self.num_features} "
-                             f"features but the input {x.shape} has {c} channels")
+            raise ValueError(
+                f"{self.full_name() or 'BatchNorm2d'}: declared {self.num_features} "
+                f"features but the input {x.shape} has {c} channels"
+            )
         self.num_features = c
         self.scale = _param((c,), x)
         self.scale.set_value(1.0)
@@ -260,8 +294,9 @@ class BatchNorm2d(Layer):
         self.running_var.set_value(1.0)
 
     def forward(self, x):
-        return autograd.batchnorm_2d(x, self.scale, self.bias, self.running_mean,
-                                     self.running_var, self.momentum, self.eps)
+        return autograd.batchnorm_2d(
+            x, self.scale, self.bias, self.running_mean, self.running_var, self.momentum, self.eps
+        )
 
 
 class ReLU(Layer):

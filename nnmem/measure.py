@@ -9,6 +9,7 @@ first step) and then one measured step each way:
 - "graph": the compiled step's timeline, from its arena layout.
 It returns the three Timelines and the compiled step's memory summary (with its lower bound).
 """
+
 import numpy as np
 
 from nnmem import device, opt, tensor

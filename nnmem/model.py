@@ -15,6 +15,7 @@ eval(), records a graph of its own. Python code in ``train_one_batch`` that does
 through operators (printing, branching on data) runs only at the recording, where values
 do not exist yet: reading one there raises RecordingReadError.
 """
+
 from collections.abc import Hashable
 
 from nnmem import autograd, checkpoint
@@ -29,8 +30,10 @@ from nnmem.tensor import Tensor
 
 class _NoOptimizer:
     def __call__(self, loss):
-        raise RuntimeError("this model has no optimizer: call model.set_optimizer(opt.SGD(lr=0.01)) "
-                           "before training")
+        raise RuntimeError(
+            "this model has no optimizer: call model.set_optimizer(opt.SGD(lr=0.01)) "
+            "before training"
+        )
 
 
 class Model(Layer):
@@ -65,8 +68,10 @@ class Model(Layer):
         if recompute not in STRATEGIES:
             raise ValueError(f"compile(recompute={recompute!r}): choose one of {STRATEGIES}")
         if recompute != "none" and not use_graph:
-            raise ValueError("recomputation rewrites a recorded step: compile with "
-                             "use_graph=True to use recompute=" + repr(recompute))
+            raise ValueError(
+                "recomputation rewrites a recorded step: compile with "
+                "use_graph=True to use recompute=" + repr(recompute)
+            )
         self.recompute_strategy = recompute
         dev = inputs[0].device
         with dev.lock:  # the dry run switch is the device's: no other thread's op may see it
@@ -121,8 +126,10 @@ class Model(Layer):
         runs on a device: a second thread's step waits for the first to end."""
         if self.training:
             # Refuse before running anything, so that BatchNorm statistics stay untouched.
-            if isinstance(self.optimizer, _NoOptimizer) and \
-                    "optimizer" in type(self).train_one_batch.__code__.co_names:
+            if (
+                isinstance(self.optimizer, _NoOptimizer)
+                and "optimizer" in type(self).train_one_batch.__code__.co_names
+            ):
                 self.optimizer(None)
         dev = _device_of(type(self).__name__, inputs)
         step = self.train_one_batch if self.training else self.forward
@@ -147,16 +154,21 @@ class Model(Layer):
         if self._buffers is None or not self.initialized:  # layers may still be created
             params = set(map(id, self.get_params().values()))
             self._buffers = [t for t in self.get_states().values() if id(t) not in params]
-        return [(t, t.raw.copy()) for t in self._buffers
-                if t.block.allocated and not t.device.virtual]
+        return [
+            (t, t.raw.copy()) for t in self._buffers if t.block.allocated and not t.device.virtual
+        ]
 
     def _graph_key(self, inputs, kwargs=None):
         def key(value):
             if isinstance(value, Tensor):
                 return value.shape, value.dtype
             return value if isinstance(value, Hashable) else id(value)
-        return (self.training,) + tuple(key(t) for t in inputs) + tuple(
-            (name, key(value)) for name, value in sorted((kwargs or {}).items()))
+
+        return (
+            (self.training,)
+            + tuple(key(t) for t in inputs)
+            + tuple((name, key(value)) for name, value in sorted((kwargs or {}).items()))
+        )
 
     def _run_graph(self, dev, step, inputs, kwargs):
         key = self._graph_key(inputs, kwargs)
@@ -171,12 +183,15 @@ class Model(Layer):
         shapes = ", ".join("x".join(map(str, t.shape)) for t in inputs if isinstance(t, Tensor))
         label = f"{type(self).__name__} ({'training' if self.training else 'inference'}, {shapes})"
         try:
-            compiled = CompiledStep(dev, recorder, inputs, result, self.sequential, label,
-                                    self.recompute_strategy)
+            compiled = CompiledStep(
+                dev, recorder, inputs, result, self.sequential, label, self.recompute_strategy
+            )
         except OutOfMemory as e:
-            e.add_note(f"graph mode planned this step ({label}) with recompute="
-                       f"{self.recompute_strategy!r}: compile(..., recompute='cost-aware') lowers its "
-                       "peak; `nnmem plan` shows the figures of each technique beforehand")
+            e.add_note(
+                f"graph mode planned this step ({label}) with recompute="
+                f"{self.recompute_strategy!r}: compile(..., recompute='cost-aware') lowers its "
+                "peak; `nnmem plan` shows the figures of each technique beforehand"
+            )
             raise
         self._graphs[key] = compiled
         if dev.virtual:  # planned, not run: values exist only on a real device
@@ -198,8 +213,10 @@ class Model(Layer):
         (see nnmem.checkpoint)."""
         mine = self.get_states()
         if not mine:
-            raise CheckpointError("load_states: the model has no parameters yet; call "
-                                  "model.compile([tx], ...) first so that its layers create them")
+            raise CheckpointError(
+                "load_states: the model has no parameters yet; call "
+                "model.compile([tx], ...) first so that its layers create them"
+            )
         return checkpoint.load(fpath, mine)
 
 
@@ -211,6 +228,8 @@ def _device_of(model_name, inputs):
         if isinstance(first, Tensor):
             return first.device
     given = type(inputs[0]).__name__ if inputs else "nothing"
-    raise TypeError(f"{model_name}(...): the first input is {given}, not a Tensor; copy the "
-                    "data into a tensor first: tx = tensor.from_numpy(x, dev), or "
-                    "tx.copy_from_numpy(x) into a PlaceHolder")
+    raise TypeError(
+        f"{model_name}(...): the first input is {given}, not a Tensor; copy the "
+        "data into a tensor first: tx = tensor.from_numpy(x, dev), or "
+        "tx.copy_from_numpy(x) into a PlaceHolder"
+    )

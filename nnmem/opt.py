@@ -15,6 +15,7 @@ name, so two layers that happen to share a name cannot share a buffer. The step 
 tensor too, advanced by a device operation, and the hyperparameters (learning rate, momentum,
 weight decay, ...) are read when the update runs: a replayed graph sees them change.
 """
+
 import numpy as np
 
 from nnmem import autograd
@@ -26,7 +27,7 @@ class Optimizer:
     def __init__(self, lr):
         self.lr = float(lr)
         self._steps = None  # a 1-element int32 tensor on the parameters' device
-        self.moments = {}   # parameter tensor -> its state (see state_of)
+        self.moments = {}  # parameter tensor -> its state (see state_of)
 
     def __call__(self, loss):
         """Backward from `loss`, then update every parameter and advance the step counter;
@@ -71,22 +72,34 @@ class Optimizer:
     def step(self):
         def advance(steps_, _):
             steps_[0] += 1
+
         if self._steps is not None:
-            self._steps.device.exec(advance, reads=(self._steps,), writes=(self._steps,),
-                                    name=f"{type(self).__name__}:step count", phase="update")
+            self._steps.device.exec(
+                advance,
+                reads=(self._steps,),
+                writes=(self._steps,),
+                name=f"{type(self).__name__}:step count",
+                phase="update",
+            )
 
     def _step_tensor(self, device):
         if self._steps is None:  # a host write: persistent state, never part of a recorded step
-            self._steps = Tensor((1,), device, np.int32, requires_grad=False,
-                                 name=f"{type(self).__name__} step counter").set_value(0)
+            self._steps = Tensor(
+                (1,),
+                device,
+                np.int32,
+                requires_grad=False,
+                name=f"{type(self).__name__} step counter",
+            ).set_value(0)
         return self._steps
 
 
 def _state_like(param, what):
     """A zeroed state tensor shaped like `param`, named for memory reports ("SGD momentum
     of conv1.W" rather than an anonymous tensor)."""
-    return Tensor(param.shape, param.device, param.dtype, requires_grad=False,
-                  name=f"{what} of {param.name}").set_value(0)
+    return Tensor(
+        param.shape, param.device, param.dtype, requires_grad=False, name=f"{what} of {param.name}"
+    ).set_value(0)
 
 
 def _flat(*arrays):
@@ -114,10 +127,22 @@ class SGD(Optimizer):
         buf = self.state_of(p)
 
         def update(p_, buf_, _p, g_, _buf):  # hyperparameters read when it runs (replays too)
-            K.sgd_update(*_flat(p_, g_, buf_), self.lr, self.momentum, self.dampening,
-                         self.weight_decay, self.nesterov)
-        p.device.exec(update, reads=(p, g, buf), writes=(p, buf), name=f"{param_name}:SGD update",
-                      phase="update")
+            K.sgd_update(
+                *_flat(p_, g_, buf_),
+                self.lr,
+                self.momentum,
+                self.dampening,
+                self.weight_decay,
+                self.nesterov,
+            )
+
+        p.device.exec(
+            update,
+            reads=(p, g, buf),
+            writes=(p, buf),
+            name=f"{param_name}:SGD update",
+            phase="update",
+        )
 
 
 class Adam(Optimizer):
@@ -139,7 +164,20 @@ class Adam(Optimizer):
         steps = self._step_tensor(p.device)
 
         def update(p_, m_, v_, _p, g_, _m, _v, steps_):  # hyperparameters read when it runs
-            K.adam_update(*_flat(p_, g_, m_, v_), self.lr, self.beta_1, self.beta_2,
-                          self.epsilon, self.weight_decay, int(steps_[0]) + 1)
-        p.device.exec(update, reads=(p, g, m, v, steps), writes=(p, m, v),
-                      name=f"{param_name}:Adam update", phase="update")
+            K.adam_update(
+                *_flat(p_, g_, m_, v_),
+                self.lr,
+                self.beta_1,
+                self.beta_2,
+                self.epsilon,
+                self.weight_decay,
+                int(steps_[0]) + 1,
+            )
+
+        p.device.exec(
+            update,
+            reads=(p, g, m, v, steps),
+            writes=(p, m, v),
+            name=f"{param_name}:Adam update",
+            phase="update",
+        )

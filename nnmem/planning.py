@@ -15,6 +15,7 @@ the peak a real graph-mode iteration measures in the pool, byte for byte.
 ``smallest_pool(model, input_shape)`` runs training steps and an evaluation on a planning device,
 eagerly or in graph mode, and returns the pool size they need, fragmentation included.
 """
+
 from typing import NamedTuple
 
 import numpy as np
@@ -24,13 +25,13 @@ from nnmem import device, opt, tensor
 
 class TechniquePlan(NamedTuple):
     technique: str
-    peak_bytes: int          # pool peak of a training iteration: persistent + plan arena
-    lower_bound_bytes: int   # persistent + the step's lower bound
+    peak_bytes: int  # pool peak of a training iteration: persistent + plan arena
+    lower_bound_bytes: int  # persistent + the step's lower bound
     live_tensors_at_peak: int
-    peak_step: int           # position in the replay order
-    peak_operation: str      # "layer:Op" at the peak
-    recomputations: int      # extra forward operations run in backward
-    timeline: object         # memory.timeline.Timeline: bytes and live tensors per step
+    peak_step: int  # position in the replay order
+    peak_operation: str  # "layer:Op" at the peak
+    recomputations: int  # extra forward operations run in backward
+    timeline: object  # memory.timeline.Timeline: bytes and live tensors per step
 
     def fits(self, budget):
         return budget is None or self.peak_bytes <= budget
@@ -39,16 +40,23 @@ class TechniquePlan(NamedTuple):
 class StepPlan(NamedTuple):
     model: str
     input_shape: tuple
-    persistent_bytes: int    # parameters, optimizer state, inputs, results
+    persistent_bytes: int  # parameters, optimizer state, inputs, results
     nodes: int
-    techniques: list         # TechniquePlan, in the order baseline, liveness, recompute
+    techniques: list  # TechniquePlan, in the order baseline, liveness, recompute
 
     def best(self):
         return min(self.techniques, key=lambda t: t.peak_bytes)
 
 
-def plan(model, input_shape, recompute="cost-aware", sequential=False, optimizer=None,
-         num_classes=None, dtype=np.float32):
+def plan(
+    model,
+    input_shape,
+    recompute="cost-aware",
+    sequential=False,
+    optimizer=None,
+    num_classes=None,
+    dtype=np.float32,
+):
     """A StepPlan for training `model` (a new, uninitialised Model: it is compiled on a
     planning device) on batches of `input_shape` (batch first) with class-id labels."""
     dev = device.create_planning_device()
@@ -59,18 +67,29 @@ def plan(model, input_shape, recompute="cost-aware", sequential=False, optimizer
     model(tx, ty)  # records and compiles (liveness), runs nothing
     step = model.compiled_step(tx, ty)
     techniques = []
-    for name, recycle, strategy in (("baseline", False, "none"), ("liveness", True, "none"),
-                                    ("liveness + recompute", True, recompute)):
+    for name, recycle, strategy in (
+        ("baseline", False, "none"),
+        ("liveness", True, "none"),
+        ("liveness + recompute", True, recompute),
+    ):
         dev.recycle = recycle
         step.compile(sequential, strategy)
         techniques.append(_summarise(name, step))
     dev.recycle = True
-    return StepPlan(type(model).__name__, tx.shape, step.persistent_bytes, len(step.recorded),
-                    techniques)
+    return StepPlan(
+        type(model).__name__, tx.shape, step.persistent_bytes, len(step.recorded), techniques
+    )
 
 
-def smallest_pool(model, input_shape, use_graph=True, sequential=False, recompute="none",
-                  optimizer=None, dtype=np.float32):
+def smallest_pool(
+    model,
+    input_shape,
+    use_graph=True,
+    sequential=False,
+    recompute="none",
+    optimizer=None,
+    dtype=np.float32,
+):
     """The smallest pool, in bytes, in which `model` (a new, uninitialised Model) trains on
     batches of `input_shape` and is then evaluated on the same input tensor, as ``nnmem train``
     does: the pool's high-water mark (fragmentation included) over compile, two training steps
@@ -80,8 +99,9 @@ def smallest_pool(model, input_shape, use_graph=True, sequential=False, recomput
     fit places the blocks differently."""
     dev = device.create_planning_device()
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
-    model.compile([tx], is_train=True, use_graph=use_graph, sequential=sequential,
-                  recompute=recompute)
+    model.compile(
+        [tx], is_train=True, use_graph=use_graph, sequential=sequential, recompute=recompute
+    )
     tx.set_value(0)
     ty.set_value(0)
     for _ in range(2):
@@ -96,8 +116,10 @@ def _inputs(model, input_shape, dev, optimizer, dtype):
     `input_shape` (batch first) on `dev`."""
     input_shape = tuple(int(s) for s in input_shape)
     if len(input_shape) < 2 or min(input_shape) <= 0:
-        raise ValueError(f"input shape {input_shape}: give (batch, ...) with positive sizes, "
-                         "e.g. (16, 3, 224, 224)")
+        raise ValueError(
+            f"input shape {input_shape}: give (batch, ...) with positive sizes, "
+            "e.g. (16, 3, 224, 224)"
+        )
     model.set_optimizer(optimizer or opt.SGD(lr=0.01, momentum=0.9))
     tx = tensor.PlaceHolder(input_shape, dev, dtype)
     ty = tensor.PlaceHolder((input_shape[0],), dev, tensor.int32)
@@ -108,7 +130,13 @@ def _summarise(name, step):
     timeline = step.timeline
     position, operation = timeline.peak_step()
     timeline.label = name
-    return TechniquePlan(name, step.persistent_bytes + step.layout.arena_bytes,
-                         step.persistent_bytes + step.layout.lower_bound,
-                         timeline.live[position], position, operation, step.recomputations,
-                         timeline)
+    return TechniquePlan(
+        name,
+        step.persistent_bytes + step.layout.arena_bytes,
+        step.persistent_bytes + step.layout.lower_bound,
+        timeline.live[position],
+        position,
+        operation,
+        step.recomputations,
+        timeline,
+    )

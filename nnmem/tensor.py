@@ -4,6 +4,7 @@ A Tensor owns no bytes itself. Its data lives in a Block of the device's pool; t
 allocated when the tensor is first written and freed when the last Tensor that refers to it is
 gone. Views (``reshape``) are new Tensors on the same Block.
 """
+
 import math
 
 import numpy as np
@@ -19,8 +20,10 @@ _DTYPES = (float32, float64, int32, np.dtype(np.int64))  # int64: internal count
 def _check_dtype(dtype):
     dtype = np.dtype(dtype)
     if dtype not in _DTYPES:
-        raise TypeError(f"nnmem tensors hold float32, float64 or int32, not {dtype}; "
-                        "convert the data with .astype(np.float32) (or np.int32 for labels)")
+        raise TypeError(
+            f"nnmem tensors hold float32, float64 or int32, not {dtype}; "
+            "convert the data with .astype(np.float32) (or np.int32 for labels)"
+        )
     return dtype
 
 
@@ -32,8 +35,17 @@ class Tensor:
     stores_grad: autograd yields its gradient from ``autograd.backward`` (parameters).
     """
 
-    def __init__(self, shape=(), device=None, dtype=float32, data=None, requires_grad=True,
-                 stores_grad=False, creator=None, name=None):
+    def __init__(
+        self,
+        shape=(),
+        device=None,
+        dtype=float32,
+        data=None,
+        requires_grad=True,
+        stores_grad=False,
+        creator=None,
+        name=None,
+    ):
         if data is not None:
             data = np.asarray(data)
             shape = data.shape
@@ -90,6 +102,7 @@ class Tensor:
     def reshape(self, shape):
         """The same data seen with another shape (through autograd when it needs a gradient)."""
         from nnmem import autograd
+
         return autograd.reshape(self, shape)
 
     @property
@@ -117,17 +130,21 @@ class Tensor:
         """
         a = np.asarray(np_array)
         if offset != 0:
-            raise ValueError("copy_from_numpy(offset=...) is not supported; slice the array instead")
+            raise ValueError(
+                "copy_from_numpy(offset=...) is not supported; slice the array instead"
+            )
         if a.shape != self.shape:
             raise ValueError(
                 f"copy_from_numpy: array of shape {a.shape} into {self._label()} of shape "
                 f"{self.shape}; reshape the array (a.reshape{self.shape}) or make a tensor of "
-                f"shape {a.shape}")
+                f"shape {a.shape}"
+            )
         if a.dtype != self.dtype and not _lossless(a, self.dtype):
             raise TypeError(
                 f"copy_from_numpy: array of dtype {a.dtype} into {self._label()} of dtype "
                 f"{self.dtype} would lose information; convert it first: "
-                f"a.astype(np.{self.dtype})")
+                f"a.astype(np.{self.dtype})"
+            )
         return self._host_write(lambda array: array.__setitem__(Ellipsis, a))
 
     def copy_data(self, t):
@@ -150,10 +167,12 @@ class Tensor:
         """self = draw() * scale + shift, drawn straight into the pool bytes."""
         if self.dtype.kind != "f":
             raise TypeError(f"random fills need a float tensor, this one is {self.dtype}")
+
         def fill(a):
             draw(out=a.reshape(-1), dtype=self.dtype)
             a *= scale
             a += shift
+
         return self._host_write(fill)
 
     def clone(self):
@@ -163,14 +182,17 @@ class Tensor:
     # -- arithmetic through autograd ------------------------------------------------------------
     def __add__(self, other):
         from nnmem import autograd
+
         return autograd.add(self, other)
 
     def __sub__(self, other):
         from nnmem import autograd
+
         return autograd.sub(self, other)
 
     def __mul__(self, other):
         from nnmem import autograd
+
         return autograd.mul(self, other)
 
     __rmul__ = __mul__

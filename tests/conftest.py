@@ -1,5 +1,6 @@
 """Shared test settings: Hypothesis without deadlines (JIT compilation is slow the first time),
 and autograd's training flag restored after every test."""
+
 import pytest
 from hypothesis import settings
 

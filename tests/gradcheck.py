@@ -4,6 +4,7 @@ Every element of every input is perturbed (central differences, float64), and th
 multiplied by a random cotangent before summing: a plain sum would hide transpose and
 broadcast mistakes, because it weights every output element the same.
 """
+
 import numpy as np
 
 from nnmem import autograd, device, tensor
@@ -21,8 +22,12 @@ def check_gradients(fn, *arrays, eps=1e-6, rtol=1e-6, atol=1e-9, seed=0):
     def evaluate(values, keep_graph):
         autograd.training = True
         dev.SetRandSeed(seed)
-        ts = [tensor.Tensor(a.shape, dev, tensor.float64, requires_grad=True, stores_grad=True)
-              .copy_from_numpy(a) for a in values]
+        ts = [
+            tensor.Tensor(
+                a.shape, dev, tensor.float64, requires_grad=True, stores_grad=True
+            ).copy_from_numpy(a)
+            for a in values
+        ]
         return ts, fn(*ts)
 
     inputs, y = evaluate(arrays, True)
@@ -41,6 +46,7 @@ def check_gradients(fn, *arrays, eps=1e-6, rtol=1e-6, atol=1e-9, seed=0):
             plus[i].reshape(-1)[j] += eps
             minus[i].reshape(-1)[j] -= eps
             numeric.reshape(-1)[j] = (objective(plus) - objective(minus)) / (2 * eps)
-        np.testing.assert_allclose(analytic[i], numeric, rtol=rtol, atol=atol,
-                                   err_msg=f"gradient of input {i}")
+        np.testing.assert_allclose(
+            analytic[i], numeric, rtol=rtol, atol=atol, err_msg=f"gradient of input {i}"
+        )
     return analytic

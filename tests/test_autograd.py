@@ -1,4 +1,5 @@
 """backward(): iterative, yields gradients as soon as they are final, frees saved tensors."""
+
 import numpy as np
 import pytest
 
@@ -6,8 +7,9 @@ from nnmem import autograd, device, layer, tensor
 
 
 def param(dev, a):
-    return tensor.Tensor(np.shape(a), dev, tensor.float64, requires_grad=True,
-                         stores_grad=True).copy_from_numpy(np.asarray(a, np.float64))
+    return tensor.Tensor(
+        np.shape(a), dev, tensor.float64, requires_grad=True, stores_grad=True
+    ).copy_from_numpy(np.asarray(a, np.float64))
 
 
 def test_a_1000_layer_chain_does_not_recurse():
@@ -18,7 +20,7 @@ def test_a_1000_layer_chain_does_not_recurse():
     for _ in range(1000):
         y = autograd.mul(y, 1.001)
     grads = dict(autograd.backward(y))
-    np.testing.assert_allclose(tensor.to_numpy(grads[x]), np.full(4, 1.001 ** 1000))
+    np.testing.assert_allclose(tensor.to_numpy(grads[x]), np.full(4, 1.001**1000))
 
 
 def test_gradients_are_yielded_as_soon_as_final():

@@ -4,6 +4,7 @@ before they cost memory.
 
 Every hostile file is built here with zipfile and NumPy's .npy header writer.
 """
+
 import errno
 import io
 import json
@@ -52,8 +53,10 @@ def assert_bit_identical(m, before):
 
 def attrs_of(arrays, aux=()):
     """states_attr.json's content for `arrays`, the names in `aux` being auxiliary states."""
-    return {name: {"state_type": int(name in aux), "shape": list(a.shape), "dtype": str(a.dtype)}
-            for name, a in arrays.items()}
+    return {
+        name: {"state_type": int(name in aux), "shape": list(a.shape), "dtype": str(a.dtype)}
+        for name, a in arrays.items()
+    }
 
 
 def write_checkpoint(path, attrs, npz_bytes):
@@ -79,8 +82,9 @@ def npy_bytes(array):
 def npy_header(shape):
     """The .npy header np.save would write for float32 data of `shape` (the data left out)."""
     buffer = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buffer, {"descr": "<f4", "fortran_order": False,
-                                                  "shape": shape})
+    np.lib.format.write_array_header_1_0(
+        buffer, {"descr": "<f4", "fortran_order": False, "shape": shape}
+    )
     return buffer.getvalue()
 
 
@@ -131,8 +135,11 @@ def test_a_checkpoint_larger_than_the_in_memory_spool_round_trips(tmp_path):
     assert_bit_identical(other, states_of(m))
 
 
-@pytest.mark.parametrize("failure", [KeyboardInterrupt(), OSError(errno.ENOSPC, "No space left")],
-                         ids=["ctrl-c", "disk-full"])
+@pytest.mark.parametrize(
+    "failure",
+    [KeyboardInterrupt(), OSError(errno.ENOSPC, "No space left")],
+    ids=["ctrl-c", "disk-full"],
+)
 def test_a_save_that_fails_midway_keeps_the_old_checkpoint(tmp_path, monkeypatch, failure):
     dev, m = compiled_mlp()
     path = tmp_path / "ckpt.zip"
@@ -185,14 +192,19 @@ def test_a_saved_checkpoint_has_the_permissions_open_would_give(tmp_path):
 def test_an_aux_state_named_like_a_model_state_is_refused(tmp_path):
     dev, m = compiled_mlp()
     with pytest.raises(ValueError, match="'fc1.W' has the name of a model state"):
-        m.save_states(str(tmp_path / "ckpt.zip"),
-                      aux_states={"fc1.W": tensor.from_numpy(np.zeros(1, np.float32), dev)})
+        m.save_states(
+            str(tmp_path / "ckpt.zip"),
+            aux_states={"fc1.W": tensor.from_numpy(np.zeros(1, np.float32), dev)},
+        )
     assert not os.listdir(tmp_path)
 
 
 # -- loading is all or nothing ------------------------------------------------------------------
-@pytest.mark.parametrize("aux", [np.zeros(4, np.float16), np.zeros(4, np.complex64),
-                                 np.zeros(4, np.uint64)], ids=lambda a: str(a.dtype))
+@pytest.mark.parametrize(
+    "aux",
+    [np.zeros(4, np.float16), np.zeros(4, np.complex64), np.zeros(4, np.uint64)],
+    ids=lambda a: str(a.dtype),
+)
 def test_an_aux_state_of_an_unsupported_dtype_changes_nothing(tmp_path, aux):
     dev, m = compiled_mlp()
     arrays = states_of(compiled_mlp(seed=5)[1])  # values of another model: a write would show
@@ -277,8 +289,9 @@ def test_an_npy_header_announcing_more_than_the_model_is_refused_unread(tmp_path
     path = write_checkpoint(tmp_path / "c.zip", attrs_of(arrays), npz_with_members(members))
     before = states_of(m)
     peak, message = peak_bytes_of(lambda: m.load_states(path))
-    assert (f"fc1.W.npy says {shape} float32 in its header but states_attr.json says (5, 16) "
-            "float32") in message
+    assert (
+        f"fc1.W.npy says {shape} float32 in its header but states_attr.json says (5, 16) float32"
+    ) in message
     assert peak < 4 * MiB
     assert_bit_identical(m, before)
 
@@ -329,24 +342,45 @@ def test_an_npy_member_larger_than_its_header_and_data_is_refused(tmp_path):
 DEEP = "[" * 100_000 + "]" * 100_000
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda a: 3, r"states_attr\.json holds 3, not an object"),
-    (lambda a: list(a), r"states_attr\.json holds \['fc1\.W'.*not an object"),
-    (lambda a: {**a, "fc1.W": 3}, r"'fc1\.W' is 3, not an object"),
-    (lambda a: {**a, "fc1.W": {"state_type": 0}}, r"'fc1\.W' has no shape and no dtype"),
-    (lambda a: {**a, "fc1.W": {**a["fc1.W"], "state_type": 2}}, "has state_type 2, not 0"),
-    (lambda a: {**a, "fc1.W": {**a["fc1.W"], "state_type": True}}, "has state_type True"),
-    (lambda a: {**a, "fc1.W": {**a["fc1.W"], "shape": [5, -16]}}, r"has shape \[5, -16\], not a"),
-    (lambda a: {**a, "fc1.W": {**a["fc1.W"], "shape": [5.0, 16]}}, r"has shape \[5\.0, 16\]"),
-    (lambda a: {**a, "fc1.W": {**a["fc1.W"], "shape": "5x16"}}, "has shape '5x16'"),
-    (lambda a: {**a, "fc1.W": {**a["fc1.W"], "dtype": 32}}, "has dtype 32, not the name"),
-    (lambda a: {**a, "fc1.W": {**a["fc1.W"], "dtype": "float99"}}, "has dtype 'float99'"),
-    (lambda a: DEEP, "nests JSON deeper than Python can parse"),
-    (lambda a: " " * (16 * MiB) + json.dumps(a),
-     rf"states_attr\.json is \d+ bytes, more than the {16 * MiB} \(16\.0 MiB\)"),
-], ids=["int", "list", "entry-int", "missing-keys", "state-type-2", "state-type-bool",
-        "negative-size", "float-size", "string-shape", "int-dtype", "unknown-dtype", "deep",
-        "huge"])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda a: 3, r"states_attr\.json holds 3, not an object"),
+        (lambda a: list(a), r"states_attr\.json holds \['fc1\.W'.*not an object"),
+        (lambda a: {**a, "fc1.W": 3}, r"'fc1\.W' is 3, not an object"),
+        (lambda a: {**a, "fc1.W": {"state_type": 0}}, r"'fc1\.W' has no shape and no dtype"),
+        (lambda a: {**a, "fc1.W": {**a["fc1.W"], "state_type": 2}}, "has state_type 2, not 0"),
+        (lambda a: {**a, "fc1.W": {**a["fc1.W"], "state_type": True}}, "has state_type True"),
+        (
+            lambda a: {**a, "fc1.W": {**a["fc1.W"], "shape": [5, -16]}},
+            r"has shape \[5, -16\], not a",
+        ),
+        (lambda a: {**a, "fc1.W": {**a["fc1.W"], "shape": [5.0, 16]}}, r"has shape \[5\.0, 16\]"),
+        (lambda a: {**a, "fc1.W": {**a["fc1.W"], "shape": "5x16"}}, "has shape '5x16'"),
+        (lambda a: {**a, "fc1.W": {**a["fc1.W"], "dtype": 32}}, "has dtype 32, not the name"),
+        (lambda a: {**a, "fc1.W": {**a["fc1.W"], "dtype": "float99"}}, "has dtype 'float99'"),
+        (lambda a: DEEP, "nests JSON deeper than Python can parse"),
+        (
+            lambda a: " " * (16 * MiB) + json.dumps(a),
+            rf"states_attr\.json is \d+ bytes, more than the {16 * MiB} \(16\.0 MiB\)",
+        ),
+    ],
+    ids=[
+        "int",
+        "list",
+        "entry-int",
+        "missing-keys",
+        "state-type-2",
+        "state-type-bool",
+        "negative-size",
+        "float-size",
+        "string-shape",
+        "int-dtype",
+        "unknown-dtype",
+        "deep",
+        "huge",
+    ],
+)
 def test_malformed_attributes_get_a_clear_error_and_change_nothing(tmp_path, edit, message):
     dev, m = compiled_mlp()
     arrays = states_of(compiled_mlp(seed=5)[1])

@@ -1,5 +1,6 @@
 """nnmem train and nnmem plan: they run, report, and answer bad input on one line, never with
 a traceback."""
+
 import json
 import re
 
@@ -26,20 +27,38 @@ def test_train_reports_each_epoch(capsys):
     lines = [line for line in out.splitlines() if line.startswith("epoch ")]
     assert len(lines) == 2
     for line in lines:
-        assert re.search(r"loss \d+\.\d+  test accuracy 0\.\d+  \d+ images/s  peak pool memory "
-                         r"\d+\.\d MiB", line), line
+        assert re.search(
+            r"loss \d+\.\d+  test accuracy 0\.\d+  \d+ images/s  peak pool memory "
+            r"\d+\.\d MiB",
+            line,
+        ), line
 
 
 def test_train_mlp_eagerly(capsys):
-    assert main(["train", "--model", "mlp", "--epochs", "1", "--max-batches", "2",
-                 "--no-graph"]) == 0
+    assert (
+        main(["train", "--model", "mlp", "--epochs", "1", "--max-batches", "2", "--no-graph"]) == 0
+    )
     assert "mlp on digits" in capsys.readouterr().out
 
 
 def test_timeline_plot(capsys, tmp_path):
     png = tmp_path / "timeline.png"
-    assert main(["train", "--model", "mlp", "--epochs", "1", "--max-batches", "1",
-                 "--timeline", str(png)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--model",
+                "mlp",
+                "--epochs",
+                "1",
+                "--max-batches",
+                "1",
+                "--timeline",
+                str(png),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     for label in ("no recycling", "eager", "graph (BFS)", "static plan: arena"):
         assert label in out
@@ -64,6 +83,7 @@ def test_bad_input_is_explained(capsys):
 
 # -- bad flags: one line naming the flag and what it takes, never a traceback ---------------
 
+
 def one_line_error(capsys):
     """The single line a failed command wrote to stderr (asserting there is exactly one)."""
     captured = capsys.readouterr()
@@ -72,43 +92,49 @@ def one_line_error(capsys):
     return lines[0]
 
 
-@pytest.mark.parametrize("flag,value,says", [
-    ("--batch-size", "0", "at least 1"),
-    ("--batch", "-3", "at least 1"),
-    ("--epochs", "-1", "at least 1"),
-    ("--epochs", "0", "at least 1"),
-    ("--max-batches", "0", "at least 1"),
-    ("--max-batches", "-1", "at least 1"),
-    ("--lr", "nan", "finite"),
-    ("--lr", "inf", "finite"),
-    ("--lr", "-0.1", "above 0"),
-    ("--lr", "fast", "a number"),
-    ("--momentum", "1.5", "below 1"),
-    ("--momentum", "-0.1", "at least 0"),
-    ("--weight-decay", "-1e-4", "0 or more"),
-    ("--weight-decay", "nan", "finite"),
-    ("--pool", "lots", "512MiB"),
-    ("--pool", "0", "at least 1 byte"),
-    ("--seed", "-1", "0 or more"),
-    ("--depth", "0", "at least 1"),
-])
+@pytest.mark.parametrize(
+    "flag,value,says",
+    [
+        ("--batch-size", "0", "at least 1"),
+        ("--batch", "-3", "at least 1"),
+        ("--epochs", "-1", "at least 1"),
+        ("--epochs", "0", "at least 1"),
+        ("--max-batches", "0", "at least 1"),
+        ("--max-batches", "-1", "at least 1"),
+        ("--lr", "nan", "finite"),
+        ("--lr", "inf", "finite"),
+        ("--lr", "-0.1", "above 0"),
+        ("--lr", "fast", "a number"),
+        ("--momentum", "1.5", "below 1"),
+        ("--momentum", "-0.1", "at least 0"),
+        ("--weight-decay", "-1e-4", "0 or more"),
+        ("--weight-decay", "nan", "finite"),
+        ("--pool", "lots", "512MiB"),
+        ("--pool", "0", "at least 1 byte"),
+        ("--seed", "-1", "0 or more"),
+        ("--depth", "0", "at least 1"),
+    ],
+)
 def test_train_refuses_a_bad_flag_on_one_line(capsys, flag, value, says):
     assert main(["train", f"{flag}={value}"]) == 2  # "=": argparse reads -1e-4 as a flag
     line = one_line_error(capsys)
     assert line.startswith("nnmem train: error: argument ") and flag in line and says in line
 
 
-@pytest.mark.parametrize("flag,value,says", [
-    ("--width", "0", "above 0"),
-    ("--width", "-1", "above 0"),
-    ("--width", "nan", "finite"),
-    ("--batch", "0", "at least 1"),
-    ("--batch-size", "0", "at least 1"),
-    ("--depth", "-5", "at least 1"),
-    ("--num-classes", "0", "at least 1"),
-    ("--input", "3x0x32", "3x224x224"),
-    ("--budget", "0", "at least 1 byte"),
-])
+@pytest.mark.parametrize(
+    "flag,value,says",
+    [
+        ("--width", "0", "above 0"),
+        ("--width", "-1", "above 0"),
+        ("--width", "nan", "finite"),
+        ("--batch", "0", "at least 1"),
+        ("--batch-size", "0", "at least 1"),
+        ("--depth", "-5", "at least 1"),
+        ("--num-classes", "0", "at least 1"),
+        ("--input", "3x0x32", "3x224x224"),
+        ("--budget", "0", "at least 1 byte"),
+    ],
+)
 def test_plan_refuses_a_bad_flag_on_one_line(capsys, flag, value, says):
     assert main(["plan", f"{flag}={value}"]) == 2
     line = one_line_error(capsys)
@@ -134,15 +160,27 @@ def test_a_batch_larger_than_the_data_set_names_the_largest(capsys):
 
 # -- a diverging run stops at the step, naming the first layer that went non-finite ----------
 
+
 def test_a_diverging_run_names_the_step_and_the_layer(capsys):
     assert main(["train", "--lr", "1e6", "--epochs", "1", "--max-batches", "10"]) == 2
     line = one_line_error(capsys)
-    match = re.search(r"the loss is (nan|inf) at epoch 1, batch (\d+), and the first layer whose "
-                      r"output is not finite is (\w+)", line)
+    match = re.search(
+        r"the loss is (nan|inf) at epoch 1, batch (\d+), and the first layer whose "
+        r"output is not finite is (\w+)",
+        line,
+    )
     assert match, line
     assert int(match.group(2)) > 1  # the first step, from finite parameters, is finite
-    assert match.group(3) in {"conv1", "conv2", "pooling1", "pooling2", "linear1", "linear2",
-                              "relu", "flatten"}
+    assert match.group(3) in {
+        "conv1",
+        "conv2",
+        "pooling1",
+        "pooling2",
+        "linear1",
+        "linear2",
+        "relu",
+        "flatten",
+    }
     assert "lower --lr" in line
 
 
@@ -152,6 +190,7 @@ def test_nan_in_the_data_is_blamed_on_the_data(capsys, monkeypatch):
         x_train = x_train.copy()
         x_train[:, 0, 14, 14] = np.nan  # every image: the first batch holds one
         return x_train, y_train, x_test, y_test
+
     monkeypatch.setattr(train_command, "load", load_with_a_nan)
     assert main(["train", "--epochs", "1", "--max-batches", "2"]) == 2
     line = one_line_error(capsys)
@@ -185,13 +224,17 @@ def test_first_nonfinite_layer_finds_the_innermost_culprit_and_unwraps():
 
 # -- out of memory: the report, its notes, and the --pool that fits -------------------------
 
+
 def test_out_of_memory_names_the_pool_that_fits_and_it_does(capsys):
     argv = ["train", "--model", "mlp", "--epochs", "2", "--max-batches", "2"]
     assert main(argv + ["--pool", "256KiB"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "OutOfMemory" in err
-    match = re.search(r"mlp at batch 64 fits in a pool of .* \((\d+) bytes\): rerun with "
-                      r"--pool (\d+)MiB", err)
+    match = re.search(
+        r"mlp at batch 64 fits in a pool of .* \((\d+) bytes\): rerun with "
+        r"--pool (\d+)MiB",
+        err,
+    )
     assert match, err
     needed, suggested = int(match.group(1)), int(match.group(2))
     assert main(argv + ["--pool", str(needed)]) == 0  # exactly enough, evaluation included
@@ -205,10 +248,13 @@ def test_out_of_memory_names_the_pool_that_fits_and_it_does(capsys):
 
 # -- one vocabulary for both commands, and plan's defaults are what train runs ---------------
 
+
 def test_both_commands_take_batch_and_batch_size(capsys):
     for flag in ("--batch", "--batch-size"):
-        assert main(["train", "--model", "mlp", "--epochs", "1", "--max-batches", "1",
-                     flag, "16"]) == 0
+        assert (
+            main(["train", "--model", "mlp", "--epochs", "1", "--max-batches", "1", flag, "16"])
+            == 0
+        )
         assert "batch 16" in capsys.readouterr().out
         assert main(["plan", "--model", "mlp", flag, "16"]) == 0
         assert "input 16x1x28x28" in capsys.readouterr().out
@@ -230,6 +276,7 @@ def test_help_names_the_commands_that_exist(capsys):
 
 # -- the searches end, however large the budget ----------------------------------------------
 
+
 def test_find_depth_stops_at_its_limit(capsys, monkeypatch):
     monkeypatch.setattr(plan_command, "MAX_SEARCH_DEPTH", 56)  # 1202 plans for half a minute
     assert main(["plan", "--model", "resnet", "--find-depth", "--budget", "1000TiB"]) == 0
@@ -242,8 +289,9 @@ def test_find_batch_stops_at_its_limit(capsys):
     assert main(["plan", "--model", "mlp", "--find-batch", "--budget", "1000TiB"]) == 0
     out = capsys.readouterr().out
     limit = plan_command.MAX_SEARCH_BATCH
-    assert f"largest batch that fits 1000.0 TiB: at least {limit} (the search stops at {limit})" \
-        in out
+    assert (
+        f"largest batch that fits 1000.0 TiB: at least {limit} (the search stops at {limit})" in out
+    )
 
 
 @pytest.mark.parametrize("fitting", range(0, 21))
@@ -254,6 +302,7 @@ def test_largest_fitting_finds_the_end_of_the_prefix_in_few_probes(fitting):
     def fits(c):
         probed.append(c)
         return c < 100 + fitting
+
     expected = None if fitting == 0 else candidates[fitting - 1]
     assert largest_fitting(fits, candidates) == expected
     assert len(probed) <= 2 * 5 + 1  # gallop then bisect: O(log n), here n = 20

@@ -1,6 +1,7 @@
 """Tests of nnmem.data: the shipped digits, IDX and CIFAR-10 readers/writers, batching helpers.
 
-Every IDX or CIFAR file used here is written by the test itself into tmp_path; nothing is downloaded.
+Every IDX or CIFAR file used here is written by the test itself into tmp_path;
+nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -174,7 +175,9 @@ def test_read_idx_detects_gzip_by_magic_not_name(tmp_path):
 
 
 def _idx_bytes(array: np.ndarray) -> bytes:
-    return bytes([0, 0, 0x08, array.ndim]) + np.asarray(array.shape, ">u4").tobytes() + array.tobytes()
+    return (
+        bytes([0, 0, 0x08, array.ndim]) + np.asarray(array.shape, ">u4").tobytes() + array.tobytes()
+    )
 
 
 def test_read_idx_bad_magic(tmp_path):
@@ -207,7 +210,9 @@ def test_read_idx_trailing_bytes(tmp_path, compress):
     payload = _idx_bytes(np.zeros((4, 5), np.uint8)) + b"\x00\x00\x00"
     path = tmp_path / "long"
     path.write_bytes(gzip.compress(payload) if compress else payload)
-    with pytest.raises(DataFormatError, match=r"long: trailing bytes.*needs 20 bytes.*but 23.*3 extra"):
+    with pytest.raises(
+        DataFormatError, match=r"long: trailing bytes.*needs 20 bytes.*but 23.*3 extra"
+    ):
         read_idx(path)
 
 
@@ -226,7 +231,8 @@ def test_read_idx_broken_gzip(tmp_path):
 
 
 def _peak_bytes_while_refused(read, path):
-    """The peak of Python and NumPy allocations while read(path) raises DataFormatError; its message."""
+    """The peak of Python and NumPy allocations while read(path) raises DataFormatError;
+    its message."""
     tracemalloc.start()
     try:
         with pytest.raises(DataFormatError) as info:
@@ -246,12 +252,16 @@ def test_read_idx_refuses_a_gzip_bomb_before_decompressing_it(tmp_path):
     compressed = path.stat().st_size
     peak, message = _peak_bytes_while_refused(read_idx, path)
     assert f"announces shape (16777216, 28, 28) of uint8, {2**24 * 784} bytes of data" in message
-    assert f"this gzip file of {compressed} bytes decompresses to at most {compressed * 1032} bytes" in message
+    assert (
+        f"this gzip file of {compressed} bytes decompresses to at most {compressed * 1032} bytes"
+        in message
+    )
     assert peak < 2**20  # the 64 MiB were never decompressed
 
 
 def _sparse_file(path, head: bytes, size: int):
-    """A file of `size` bytes starting with `head`, the rest a hole (no disk blocks where supported)."""
+    """A file of `size` bytes starting with `head`, the rest a hole
+    (no disk blocks where supported)."""
     with open(path, "wb") as f:
         f.write(head)
         f.truncate(size)
@@ -260,13 +270,19 @@ def _sparse_file(path, head: bytes, size: int):
 
 def test_wrong_sized_huge_files_are_refused_from_their_size_unread(tmp_path):
     big = 256 * 2**20
-    idx = _sparse_file(tmp_path / "labels", bytes([0, 0, 0x08, 1]) + np.array([10], ">u4").tobytes(), big)
+    idx = _sparse_file(
+        tmp_path / "labels", bytes([0, 0, 0x08, 1]) + np.array([10], ">u4").tobytes(), big
+    )
     peak, message = _peak_bytes_while_refused(read_idx, idx)
-    assert "trailing bytes: the header announces shape (10,) of uint8, which needs 10 bytes" in message
+    assert (
+        "trailing bytes: the header announces shape (10,) of uint8, which needs 10 bytes" in message
+    )
     assert f"({big - 8 - 10} extra)" in message and peak < 2**20
     cifar = _sparse_file(tmp_path / "data_batch_1.bin", b"", big + 5)
     peak, message = _peak_bytes_while_refused(read_cifar10_batch, cifar)
-    assert f"the size, {big + 5} bytes, is not a multiple of the 3073-byte" in message and peak < 2**20
+    assert (
+        f"the size, {big + 5} bytes, is not a multiple of the 3073-byte" in message and peak < 2**20
+    )
 
 
 def test_write_idx_rejects_unsupported_dtype(tmp_path):
@@ -298,10 +314,16 @@ def test_load_mnist(tmp_path, compress):
 
 def test_load_mnist_missing_files(tmp_path):
     write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", np.zeros((2, 28, 28), np.uint8), gzip=True)
-    with pytest.raises(DataFormatError, match=r"t10k-labels-idx1-ubyte or t10k-labels-idx1-ubyte\.gz") as info:
+    with pytest.raises(
+        DataFormatError, match=r"t10k-labels-idx1-ubyte or t10k-labels-idx1-ubyte\.gz"
+    ) as info:
         load_mnist(tmp_path, "t10k")
-    assert "t10k-images" not in str(info.value).split("How to fix it")[0]  # the image file was found
-    with pytest.raises(DataFormatError, match="train-images-idx3-ubyte or train-images-idx3-ubyte.gz"):
+    assert (
+        "t10k-images" not in str(info.value).split("How to fix it")[0]
+    )  # the image file was found
+    with pytest.raises(
+        DataFormatError, match="train-images-idx3-ubyte or train-images-idx3-ubyte.gz"
+    ):
         load_mnist(tmp_path / "nowhere", "train")
 
 
@@ -331,7 +353,9 @@ def test_load_mnist_refuses_labels_outside_the_10_classes(tmp_path):
 def test_load_mnist_refuses_an_empty_set(tmp_path):
     write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((0, 28, 28), np.uint8))
     write_idx(tmp_path / "train-labels-idx1-ubyte", np.zeros(0, np.uint8))
-    with pytest.raises(DataFormatError, match=r"train-images-idx3-ubyte: the file holds no image .*\(0, 28, 28\)"):
+    with pytest.raises(
+        DataFormatError, match=r"train-images-idx3-ubyte: the file holds no image .*\(0, 28, 28\)"
+    ):
         load_mnist(tmp_path)
 
 
@@ -385,7 +409,9 @@ def test_cifar_round_trip_and_plane_order(tmp_path):
 def test_cifar_wrong_size(tmp_path):
     path = tmp_path / "data_batch_1.bin"
     path.write_bytes(bytes(3073 * 2 + 5))
-    with pytest.raises(DataFormatError, match=r"data_batch_1\.bin.*6151 bytes.*not a multiple of the 3073"):
+    with pytest.raises(
+        DataFormatError, match=r"data_batch_1\.bin.*6151 bytes.*not a multiple of the 3073"
+    ):
         read_cifar10_batch(path)
     path.write_bytes(b"")
     with pytest.raises(DataFormatError, match="empty"):
@@ -397,7 +423,9 @@ def test_cifar_label_out_of_range(tmp_path):
     records[2, 0] = 12
     path = tmp_path / "bad.bin"
     path.write_bytes(records.tobytes())
-    with pytest.raises(DataFormatError, match=r"bad\.bin: label 12 in record 2 is out of range 0\.\.9"):
+    with pytest.raises(
+        DataFormatError, match=r"bad\.bin: label 12 in record 2 is out of range 0\.\.9"
+    ):
         read_cifar10_batch(path)
     with pytest.raises(ValueError, match="label 12"):
         write_cifar10_batch(tmp_path / "w.bin", np.zeros((1, 3, 32, 32), np.uint8), [12])
@@ -424,7 +452,9 @@ def test_load_cifar10(tmp_path):
 def test_load_cifar10_missing_files(tmp_path):
     x, y = _fake_cifar(1)
     write_cifar10_batch(tmp_path / "test_batch.bin", x, y)
-    with pytest.raises(DataFormatError, match=r"looked for any of data_batch_1\.bin.*data_batch_5\.bin"):
+    with pytest.raises(
+        DataFormatError, match=r"looked for any of data_batch_1\.bin.*data_batch_5\.bin"
+    ):
         load_cifar10(tmp_path)
     os.remove(tmp_path / "test_batch.bin")
     write_cifar10_batch(tmp_path / "data_batch_2.bin", x, y)
@@ -488,7 +518,10 @@ def test_iterate_batches_checks_arguments_eagerly():
 
 
 def test_normalize_per_channel():
-    x = np.ones((2, 3, 4, 4), np.float32) * np.array([1.0, 2.0, 3.0], np.float32)[None, :, None, None]
+    x = (
+        np.ones((2, 3, 4, 4), np.float32)
+        * np.array([1.0, 2.0, 3.0], np.float32)[None, :, None, None]
+    )
     out = normalize(x, mean=[1.0, 2.0, 3.0], std=[1.0, 1.0, 1.0])
     assert out.dtype == np.float32 and out.shape == x.shape and np.all(out == 0)
     out = normalize(x, mean=0.0, std=[1.0, 2.0, 4.0])

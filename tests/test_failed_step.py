@@ -1,6 +1,7 @@
 """A failed step changes nothing: parameters, optimizer state and BatchNorm's running statistics
 are bit-identical to before it, and its memory goes back to the pool. And a device shared by
 two threads gives each the numbers it would get alone."""
+
 import gc
 import signal
 import sys
@@ -8,11 +9,10 @@ import threading
 
 import numpy as np
 import pytest
+from training import batches
 
 from nnmem import autograd, device, layer, model, opt, tensor
 from nnmem.memory import OutOfMemory, Pool
-
-from training import batches
 
 
 class BNNet(model.Model):
@@ -101,6 +101,7 @@ def count_execs(dev, m, tx, ty, batch):
         if phase != "update":
             calls.append(name)
         return original(fn, reads, writes, name=name, phase=phase, **kwargs)
+
     dev.exec = counting
     try:
         step(m, tx, ty, batch)
@@ -109,8 +110,9 @@ def count_execs(dev, m, tx, ty, batch):
     return len(calls)
 
 
-@pytest.mark.parametrize("optimizer", [lambda: opt.SGD(lr=0.1, momentum=0.9), lambda: opt.Adam()],
-                         ids=["sgd", "adam"])
+@pytest.mark.parametrize(
+    "optimizer", [lambda: opt.SGD(lr=0.1, momentum=0.9), lambda: opt.Adam()], ids=["sgd", "adam"]
+)
 def test_eager_interrupt_at_any_kernel_before_the_update_changes_nothing(optimizer):
     for first_step in (True, False):
         dev, m, tx, ty = setup(False, optimizer())
@@ -131,6 +133,7 @@ def test_eager_interrupt_at_any_kernel_before_the_update_changes_nothing(optimiz
                     if len(calls) == k + 1:
                         raise KeyboardInterrupt
                 return original(fn, reads, writes, phase=phase, **kwargs)
+
             dev.exec = interrupting
             fail_and_forget(lambda: step(m, tx, ty, DATA[1]), KeyboardInterrupt)
             dev.exec = original
@@ -158,6 +161,7 @@ def test_eager_out_of_memory_at_any_allocation_changes_nothing_and_frees_the_ste
             if len(calls) == k + 1:
                 raise OutOfMemory(nbytes, 0, 0, dev.pool.capacity, nbytes=nbytes, requester=owner)
             return original(nbytes, owner)
+
         dev.pool.alloc = failing
         fail_and_forget(lambda: step(m, tx, ty, DATA[0]), OutOfMemory)
         dev.pool.alloc = original
@@ -183,14 +187,15 @@ def test_graph_interrupt_at_any_node_before_the_commit_changes_nothing():
     compiled = m.compiled_step(tx, ty)
     assert 0 < compiled.commit_start < len(compiled.calls)
     names = [name for name, _, _ in compiled.calls]
-    assert all("update" in n or "step count" in n for n in names[compiled.commit_start:])
-    assert not any("update" in n for n in names[:compiled.commit_start])
+    assert all("update" in n or "step count" in n for n in names[compiled.commit_start :])
+    assert not any("update" in n for n in names[: compiled.commit_start])
     for k in range(compiled.commit_start):
         before = snapshot(m)
         name, fn, arrays = compiled.calls[k]
 
         def interrupt(*_):
             raise KeyboardInterrupt
+
         compiled.calls[k] = (name, interrupt, arrays)
         fail_and_forget(lambda: step(m, tx, ty, DATA[1]), KeyboardInterrupt)
         compiled.calls[k] = (name, fn, arrays)
@@ -212,7 +217,9 @@ def test_ctrl_c_during_the_update_waits_until_every_parameter_is_updated(use_gra
         def kernel(*arrays):
             signal.raise_signal(signal.SIGINT)  # as if the user pressed Ctrl-C right now
             fn(*arrays)
+
         return kernel
+
     if use_graph:
         compiled = m.compiled_step(tx, ty)
         name, fn, arrays = compiled.calls[compiled.commit_start]
@@ -224,6 +231,7 @@ def test_ctrl_c_during_the_update_waits_until_every_parameter_is_updated(use_gra
             if phase == "update" and not getattr(exec_, "done", False):
                 exec_.done, fn = True, ctrl_c_then(fn)
             return original(fn, reads, writes, phase=phase, **kwargs)
+
         dev.exec = exec_
     fail_and_forget(lambda: step(m, tx, ty, DATA[2]), KeyboardInterrupt)
     assert_same(snapshot(m), expected)
@@ -273,7 +281,8 @@ def train_alone(use_graph, seed, data):
 
 @pytest.mark.parametrize("use_graph", [False, True])
 def test_two_threads_training_two_models_on_one_device_get_their_own_numbers(
-        use_graph, fast_thread_switches):
+    use_graph, fast_thread_switches
+):
     data = [batches((4, 1, 8, 8), 20, seed=s) for s in (2, 3)]
     expected = [train_alone(use_graph, seed, d) for seed, d in zip((0, 1), data)]
     dev = device.create_cpu_device("64MiB")
@@ -296,6 +305,7 @@ def test_two_threads_training_two_models_on_one_device_get_their_own_numbers(
             results[i] = (losses, snapshot(m))
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
             errors.append(e)
+
     threads = [threading.Thread(target=worker, args=(i,)) for i in (0, 1)]
     for t in threads:
         t.start()
@@ -327,7 +337,9 @@ def test_a_second_threads_step_waits_until_the_first_has_ended():
         def kernel(*a):
             before()
             fn(*a)
+
         compiled.calls[0] = (name, kernel, arrays)
+
     # The first step parks in its first kernel until the second step ran one (or 0.5 s).
     patch(0, lambda: (inside.set(), seen.append(second_ran.wait(0.5))))
     patch(1, second_ran.set)
@@ -358,6 +370,7 @@ def test_evaluating_in_one_thread_does_not_switch_off_training_in_another(fast_t
                 other(x)
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
+
     thread = threading.Thread(target=evaluate)
     thread.start()
     try:
@@ -388,6 +401,7 @@ def test_the_pool_survives_threads_allocating_and_freeing_at_once(fast_thread_sw
                 pool.free(offset)
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
+
     threads = [threading.Thread(target=churn, args=(s,)) for s in range(4)]
     for t in threads:
         t.start()

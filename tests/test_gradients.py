@@ -1,12 +1,12 @@
 """Every operator's backward against finite differences (every element, random cotangent,
 float64)."""
+
 import numpy as np
 import pytest
+from gradcheck import check_gradients
 
 from nnmem import autograd, tensor
 from nnmem.ops.arith import Scale
-
-from gradcheck import check_gradients
 
 rng = np.random.default_rng(42)
 
@@ -40,8 +40,9 @@ def test_scale_and_tensor_operators():
 def test_input_used_twice_aggregates_its_gradient():
     # x feeds two operators: backward must sum both contributions (no split layer needed).
     check_gradients(lambda x: autograd.mul(x, x), randn(6))
-    check_gradients(lambda x: autograd.add(autograd.relu(x), autograd.sigmoid(x)),
-                    away_from_zero(2, 5))
+    check_gradients(
+        lambda x: autograd.add(autograd.relu(x), autograd.sigmoid(x)), away_from_zero(2, 5)
+    )
 
 
 def test_relu_sigmoid():
@@ -56,27 +57,36 @@ def test_matmul_add_bias():
 
 def test_reshape_flatten():
     check_gradients(lambda x: autograd.reshape(x, (6, -1)), randn(2, 3, 4))
-    check_gradients(lambda x: autograd.mul(autograd.flatten(x), autograd.flatten(x)), randn(2, 3, 2))
+    check_gradients(
+        lambda x: autograd.mul(autograd.flatten(x), autograd.flatten(x)), randn(2, 3, 2)
+    )
 
 
 @pytest.mark.parametrize("algorithm", ["gemm", "direct"])
 @pytest.mark.parametrize("stride,padding", [(1, 0), (2, 1), ((1, 2), (2, 0))])
 def test_conv2d(algorithm, stride, padding):
-    check_gradients(lambda x, w, b: autograd.conv2d(x, w, b, stride, padding, algorithm),
-                    randn(2, 2, 5, 6), randn(3, 2, 3, 2), randn(3))
+    check_gradients(
+        lambda x, w, b: autograd.conv2d(x, w, b, stride, padding, algorithm),
+        randn(2, 2, 5, 6),
+        randn(3, 2, 3, 2),
+        randn(3),
+    )
 
 
 def test_conv2d_without_bias():
-    check_gradients(lambda x, w: autograd.conv2d(x, w, None, 1, 1), randn(1, 3, 4, 4),
-                    randn(2, 3, 3, 3))
+    check_gradients(
+        lambda x, w: autograd.conv2d(x, w, None, 1, 1), randn(1, 3, 4, 4), randn(2, 3, 3, 3)
+    )
 
 
 @pytest.mark.parametrize("kernel,stride,padding", [(2, 2, 0), (3, 2, 1), ((2, 3), 1, 0)])
 def test_pooling(kernel, stride, padding):
-    check_gradients(lambda x: autograd.pooling_2d(x, kernel, stride, padding, is_max=True),
-                    distinct(2, 2, 5, 6))
-    check_gradients(lambda x: autograd.pooling_2d(x, kernel, stride, padding, is_max=False),
-                    randn(2, 2, 5, 6))
+    check_gradients(
+        lambda x: autograd.pooling_2d(x, kernel, stride, padding, is_max=True), distinct(2, 2, 5, 6)
+    )
+    check_gradients(
+        lambda x: autograd.pooling_2d(x, kernel, stride, padding, is_max=False), randn(2, 2, 5, 6)
+    )
 
 
 def test_batchnorm_training():
@@ -85,13 +95,15 @@ def test_batchnorm_training():
         running_mean = tensor.zeros((c,), x.device, x.dtype)
         running_var = tensor.ones((c,), x.device, x.dtype)
         return autograd.batchnorm_2d(x, scale, bias, running_mean, running_var)
+
     check_gradients(bn, randn(3, 2, 3, 2), randn(2), randn(2), rtol=1e-5)
 
 
 def test_cat():
     check_gradients(lambda a, b: autograd.cat([a, b], axis=1), randn(2, 3, 2), randn(2, 1, 2))
-    check_gradients(lambda a, b, c: autograd.cat([a, b, c], axis=0), randn(1, 2), randn(2, 2),
-                    randn(3, 2))
+    check_gradients(
+        lambda a, b, c: autograd.cat([a, b, c], axis=0), randn(1, 2), randn(2, 2), randn(3, 2)
+    )
 
 
 def test_dropout():
@@ -116,8 +128,9 @@ def test_softmax_cross_entropy_class_ids_and_one_hot():
 
 def test_mean_square_error():
     target = randn(3, 4)
-    check_gradients(lambda x: autograd.mse_loss(x, tensor.from_numpy(target, x.device)),
-                    randn(3, 4))
+    check_gradients(
+        lambda x: autograd.mse_loss(x, tensor.from_numpy(target, x.device)), randn(3, 4)
+    )
 
 
 def test_small_network_end_to_end():
@@ -127,21 +140,35 @@ def test_small_network_end_to_end():
     def net(x, w, b, scale, shift, w2):
         y = autograd.conv2d(x, w, b, 1, 1)
         c = y.shape[1]
-        y = autograd.batchnorm_2d(y, scale, shift, tensor.zeros((c,), x.device, x.dtype),
-                                  tensor.ones((c,), x.device, x.dtype))
+        y = autograd.batchnorm_2d(
+            y,
+            scale,
+            shift,
+            tensor.zeros((c,), x.device, x.dtype),
+            tensor.ones((c,), x.device, x.dtype),
+        )
         y = autograd.pooling_2d(autograd.sigmoid(y), 2, 2, 0, is_max=False)
         y = autograd.matmul(autograd.flatten(y), w2)
         return autograd.softmax_cross_entropy(y, tensor.from_numpy(labels, x.device))
 
-    check_gradients(net, randn(2, 1, 4, 4), randn(2, 1, 3, 3), randn(2), randn(2), randn(2),
-                    randn(8, 2), rtol=1e-5)
+    check_gradients(
+        net,
+        randn(2, 1, 4, 4),
+        randn(2, 1, 3, 3),
+        randn(2),
+        randn(2),
+        randn(2),
+        randn(8, 2),
+        rtol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("size", [5, 2])
 def test_lrn(size):
     # alpha large enough that the normalisation is far from the identity; an even size checks
     # the asymmetric window's transpose.
-    check_gradients(lambda x: autograd.lrn(x, size=size, alpha=0.5, beta=0.75, k=1.0),
-                    randn(2, 6, 2, 3) * 2)
+    check_gradients(
+        lambda x: autograd.lrn(x, size=size, alpha=0.5, beta=0.75, k=1.0), randn(2, 6, 2, 3) * 2
+    )
     with pytest.raises(ValueError, match="N, C, H, W"):
         autograd.lrn(tensor.from_numpy(randn(2, 6)), size=size)

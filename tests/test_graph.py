@@ -1,6 +1,8 @@
 """Graph mode: recording, replay, ordering, recycling, in-place, and the numbers unchanged."""
+
 import numpy as np
 import pytest
+from training import assert_identical, batches, train
 
 from nnmem import autograd, device, layer, model, opt, tensor
 from nnmem.graph.liveness import END, INPUT, INTERMEDIATE, PARAMETER
@@ -9,14 +11,15 @@ from nnmem.graph.schedule import bfs_order, dependencies
 from nnmem.memory import RecordingReadError
 from nnmem.models import create_model
 
-from training import assert_identical, batches, train
 
-
-@pytest.mark.parametrize("name,shape,kwargs", [
-    ("mlp", (16, 1, 8, 8), {}),
-    ("cnn", (8, 1, 28, 28), {}),
-    ("resnet", (4, 3, 16, 16), {"depth": 8}),
-])
+@pytest.mark.parametrize(
+    "name,shape,kwargs",
+    [
+        ("mlp", (16, 1, 8, 8), {}),
+        ("cnn", (8, 1, 28, 28), {}),
+        ("resnet", (4, 3, 16, 16), {"depth": 8}),
+    ],
+)
 @pytest.mark.parametrize("sequential", [True, False])
 def test_graph_changes_no_number(name, shape, kwargs, sequential):
     data = batches(shape, 6)
@@ -49,8 +52,9 @@ def test_random_draws_keep_their_order_in_bfs_and_adam_counts_steps():
     data = batches((8, 1, 4, 4), 5, classes=4)
     eager = train(DropMLP(), data, False, optimizer=opt.Adam(lr=0.01))
     for sequential in (True, False):
-        assert_identical(eager, train(DropMLP(), data, True, sequential,
-                                      optimizer=opt.Adam(lr=0.01)))
+        assert_identical(
+            eager, train(DropMLP(), data, True, sequential, optimizer=opt.Adam(lr=0.01))
+        )
 
 
 def test_replay_allocates_nothing_and_returns_the_same_tensors():
@@ -114,8 +118,9 @@ def test_blocks_python_holds_are_never_recycled():
     _, _, dev, tx, ty = train(graph_model, data, use_graph=True)
     compiled = graph_model.compiled_step(tx, ty)
     assert compiled.kinds[id(graph_model.hidden.block)] == END
-    np.testing.assert_array_equal(tensor.to_numpy(graph_model.hidden),
-                                  tensor.to_numpy(eager_model.hidden))
+    np.testing.assert_array_equal(
+        tensor.to_numpy(graph_model.hidden), tensor.to_numpy(eager_model.hidden)
+    )
 
 
 def test_block_kinds():
@@ -128,7 +133,9 @@ def test_block_kinds():
         assert kinds[id(p.block)] == PARAMETER
     for buf in m.optimizer.moments.values():
         assert kinds[id(buf.block)] == PARAMETER
-    assert list(kinds.values()).count(INTERMEDIATE) == compiled.memory_summary()["intermediate_blocks"]
+    assert (
+        list(kinds.values()).count(INTERMEDIATE) == compiled.memory_summary()["intermediate_blocks"]
+    )
 
 
 class Trap(model.Model):
@@ -158,11 +165,14 @@ def test_in_place_only_for_the_last_reader():
         dev.SetRandSeed(1)
         m = Trap()
         m.set_optimizer(opt.SGD(lr=0.1))
-        tx = tensor.from_numpy(np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32), dev)
+        tx = tensor.from_numpy(
+            np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32), dev
+        )
         tt = tensor.from_numpy(np.ones((5, 6), np.float32), dev)
         m.compile([tx], use_graph=use_graph)
         out = [tensor.to_numpy(m(tx, tt)[0]).copy() for _ in range(3)]
         return out, m, tx, tt
+
     eager, _, _, _ = run(False)
     graph, m, tx, tt = run(True)
     np.testing.assert_array_equal(np.array(eager), np.array(graph))
@@ -171,8 +181,9 @@ def test_in_place_only_for_the_last_reader():
     relu_h = next(n for n in compiled.nodes if n.name.endswith("ReLU"))
     h_block = h_node.writes[0].block
     storage_of = {id(b): s for s in compiled.storages for b in s.blocks}
-    assert storage_of[id(h_block)] is not storage_of[id(relu_h.writes[0].block)], \
+    assert storage_of[id(h_block)] is not storage_of[id(relu_h.writes[0].block)], (
         "relu(h) overwrote h although add still reads h"
+    )
     assert compiled.memory_summary()["inplace_merges"] >= 1
 
 
@@ -183,8 +194,8 @@ def test_dependencies_raw_war_waw_and_bfs():
     noop = lambda *arrays: None  # noqa: E731
     rec.record(noop, (a,), (b,), "0 b=f(a)", ())
     rec.record(noop, (a,), (c,), "1 c=f(a)", ())
-    rec.record(noop, (b,), (a,), "2 a=f(b)", ())      # WAR on a (after 0 and 1), RAW on b
-    rec.record(noop, (c,), (b,), "3 b=f(c)", ())      # WAW on b (after 0), WAR on b (after 2)
+    rec.record(noop, (b,), (a,), "2 a=f(b)", ())  # WAR on a (after 0 and 1), RAW on b
+    rec.record(noop, (c,), (b,), "3 b=f(c)", ())  # WAW on b (after 0), WAR on b (after 2)
     deps = dependencies(rec.nodes)
     assert deps == [set(), set(), {0, 1}, {0, 1, 2}]
     assert bfs_order(rec.nodes, deps) == [0, 1, 2, 3]
@@ -215,7 +226,10 @@ def test_learning_rate_changes_reach_the_replay():
         dev = device.create_cpu_device("64MiB")
         dev.SetRandSeed(0)
         m.set_optimizer(sgd)
-        tx, ty = tensor.PlaceHolder((16, 1, 8, 8), dev), tensor.PlaceHolder((16,), dev, tensor.int32)
+        tx, ty = (
+            tensor.PlaceHolder((16, 1, 8, 8), dev),
+            tensor.PlaceHolder((16,), dev, tensor.int32),
+        )
         m.compile([tx], use_graph=use_graph)
         losses = []
         for i, (x, y) in enumerate(data):
@@ -290,7 +304,7 @@ def test_profiling_and_timelines():
     table = dev.time_profile_table()
     assert "over 2 step(s)" in table and "Conv2d" in table and "SGD update" in table
     compiled = m.compiled_step(tx, ty)
-    measured = [b for _, b, _ in dev.memory_samples[-len(compiled.calls):]]
+    measured = [b for _, b, _ in dev.memory_samples[-len(compiled.calls) :]]
     # The planned timeline and the measured pool agree: the arena is one block all along.
     assert max(measured) == dev.memory_stats()["allocated_bytes.current"]
     assert compiled.timeline.peak == max(compiled.timeline.bytes) >= compiled.layout.lower_bound
@@ -313,6 +327,7 @@ def test_compiled_steps_of_a_device_share_one_arena():
     assert sum("graph arena" in o for o in owners) == 1
     del m, owners
     import gc
+
     gc.collect()
     assert dev.graph_arena.offset is None, "the arena goes back to the pool with its steps"
 
@@ -386,8 +401,10 @@ def test_a_planning_device_replays_with_new_input_tensors_without_bytes():
     m.set_optimizer(opt.SGD(lr=0.1))
     tx, ty = tensor.PlaceHolder((16, 1, 8, 8), dev), tensor.PlaceHolder((16,), dev, tensor.int32)
     m.compile([tx], is_train=True, use_graph=True)
-    for x, y in ((tx, ty), (tensor.PlaceHolder((16, 1, 8, 8), dev),
-                            tensor.PlaceHolder((16,), dev, tensor.int32))):
+    for x, y in (
+        (tx, ty),
+        (tensor.PlaceHolder((16, 1, 8, 8), dev), tensor.PlaceHolder((16,), dev, tensor.int32)),
+    ):
         x.set_value(0)
         y.set_value(0)
         m(x, y)

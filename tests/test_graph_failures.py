@@ -1,13 +1,13 @@
 """Graph mode when things go wrong, and settings changed between steps (review findings)."""
+
 import numpy as np
 import pytest
+from training import batches
 
 from nnmem import device, layer, model, opt, tensor
 from nnmem.memory import OutOfMemory, Pool, RecordingReadError
 from nnmem.memory.arena import SharedArena
 from nnmem.models import create_model
-
-from training import batches
 
 
 class User:
@@ -23,14 +23,14 @@ class User:
 def test_a_failed_arena_grow_moves_no_user_onto_freed_bytes():
     a = 256
     pool = Pool(16 * a)
-    hole = pool.alloc(5 * a)           # [0, 5a): freed below, a hole the old size fits in
-    pool.alloc(a)                      # [5a, 6a): keeps the hole apart from the arena
+    hole = pool.alloc(5 * a)  # [0, 5a): freed below, a hole the old size fits in
+    pool.alloc(a)  # [5a, 6a): keeps the hole apart from the arena
     arena = SharedArena(pool)
     user = User()
-    arena.join(user, 4 * a)            # the arena at [6a, 10a), tail [10a, 16a) free
+    arena.join(user, 4 * a)  # the arena at [6a, 10a), tail [10a, 16a) free
     pool.free(hole)
     with pytest.raises(OutOfMemory):
-        arena.join(User(), 13 * a)     # fits nowhere: the old size is allocated again
+        arena.join(User(), 13 * a)  # fits nowhere: the old size is allocated again
     assert arena.size == 4 * a
     assert arena.offset == 0, "best fit put the old size back into the hole"
     assert user.placed == [6 * a, 0], "the user must follow the arena where it went"
@@ -58,7 +58,7 @@ def test_a_new_layout_that_does_not_fit_keeps_the_old_one():
     losses = [float(tensor.to_numpy(m(tx, ty)[1])[0])]
     step = m.compiled_step(tx, ty)
     layout_before, offset_before = step.layout, dev.graph_arena.offset
-    dev.recycle = False                 # the baseline layout needs far more than the pool has
+    dev.recycle = False  # the baseline layout needs far more than the pool has
     with pytest.raises(OutOfMemory):
         step.compile(False)
     dev.recycle = True

@@ -8,6 +8,7 @@ keep Numba's cache in Numba's user-wide folder (or ``NUMBA_CACHE_DIR``) instead,
 ``kernels/cpu/_jit.py``). The end-to-end check (both README commands, both orders, one clone)
 is in ``.ci/run``: it needs fresh virtual environments and takes a minute.
 """
+
 import os
 import subprocess
 import sys
@@ -19,7 +20,15 @@ from numba.core.dispatcher import Dispatcher
 
 import nnmem.kernels.cpu as K
 from nnmem.kernels.cpu import (
-    _window, batchnorm, conv, elementwise, loss, lrn, optim, pool, reduce,
+    _window,
+    batchnorm,
+    conv,
+    elementwise,
+    loss,
+    lrn,
+    optim,
+    pool,
+    reduce,
 )
 
 KERNEL_MODULES = [_window, batchnorm, conv, elementwise, loss, lrn, optim, pool, reduce]
@@ -49,14 +58,22 @@ def test_every_kernel_caches_outside_the_package():
 def _run(code, tmp_path, **env_changes):
     """Run `code` in a fresh interpreter (Numba reads its settings once, at import)."""
     env = dict(os.environ)
-    for key in ("NUMBA_CACHE_DIR", "NUMBA_BOUNDSCHECK", "NUMBA_DISABLE_JIT",
-                "NUMBA_CACHE_LOCATOR_CLASSES"):
+    for key in (
+        "NUMBA_CACHE_DIR",
+        "NUMBA_BOUNDSCHECK",
+        "NUMBA_DISABLE_JIT",
+        "NUMBA_CACHE_LOCATOR_CLASSES",
+    ):
         env.pop(key, None)
     env.update(env_changes)
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path)] + [p for p in sys.path if p])
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout.strip().splitlines()
@@ -88,14 +105,17 @@ def test_numba_cache_dir_is_used_and_the_second_process_loads_instead_of_compili
 @needs_jit
 def test_import_changes_no_numba_setting_of_the_process(tmp_path):
     """Other Numba code in the user's process keeps Numba's defaults (here: its __pycache__)."""
-    (tmp_path / "theirs.py").write_text(textwrap.dedent("""
+    (tmp_path / "theirs.py").write_text(
+        textwrap.dedent("""
         import numba
 
         @numba.njit(cache=True)
         def twice(x):
             return 2 * x
-    """))
-    out = _run("""
+    """)
+    )
+    out = _run(
+        """
         import os
         import numba
         def settings():
@@ -107,7 +127,9 @@ def test_import_changes_no_numba_setting_of_the_process(tmp_path):
         assert before == after, (before, after)
         import theirs
         print(theirs.twice.stats.cache_path)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out == [str(tmp_path / "__pycache__")]
 
 
@@ -115,14 +137,16 @@ def test_import_changes_no_numba_setting_of_the_process(tmp_path):
 def test_bounds_checked_code_is_cached_apart(tmp_path):
     """NUMBA_BOUNDSCHECK=1 is not part of Numba's cache key: without a folder of its own, a
     checked run would load the unchecked code an earlier run cached, and check nothing."""
-    (tmp_path / "reader.py").write_text(textwrap.dedent("""
+    (tmp_path / "reader.py").write_text(
+        textwrap.dedent("""
         from nnmem.kernels.cpu._jit import njit
 
         def _read(a, i):
             return a[i]
 
         read = njit(cache=True)(_read)
-    """))
+    """)
+    )
     code = """
         import numpy as np
         from reader import read

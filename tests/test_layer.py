@@ -1,4 +1,5 @@
 """Layers: SINGA's constructor signatures, lazy initialisation, dotted names, shape errors."""
+
 import numpy as np
 import pytest
 
@@ -41,8 +42,14 @@ class Net(model.Model):
 def test_dotted_names_params_and_states(dev):
     net = Net()
     net.forward(batch(dev, 2, 1, 4, 4))
-    assert list(net.get_params()) == ["block.conv1.W", "block.conv1.b", "block.bn1.scale",
-                                      "block.bn1.bias", "fc.W", "fc.b"]  # registration order
+    assert list(net.get_params()) == [
+        "block.conv1.W",
+        "block.conv1.b",
+        "block.bn1.scale",
+        "block.bn1.bias",
+        "fc.W",
+        "fc.b",
+    ]  # registration order
     states = net.get_states()
     assert {"block.bn1.running_mean", "block.bn1.running_var"} <= set(states)
     assert net.get_params()["block.conv1.W"].shape == (4, 1, 3, 3)

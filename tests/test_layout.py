@@ -1,4 +1,5 @@
 """The arena layout is a pure function: checked here on random lifetimes, no device."""
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -45,6 +46,7 @@ def test_storages_of_different_sizes_share_memory():
 
 def test_check_layout_catches_an_overlap():
     import pytest
+
     with pytest.raises(AssertionError, match="overlap"):
         check_layout([1024, 1024], [(0, 2), (1, 3)], [0, 512])
 
@@ -52,6 +54,7 @@ def test_check_layout_catches_an_overlap():
 @given(storages())
 def test_the_simulated_allocators_layout_is_valid_too(case):
     from nnmem.memory.layout import simulate
+
     sizes, ranges = case
     offsets, arena = simulate(sizes, ranges)
     check_layout(sizes, ranges, offsets)

@@ -1,4 +1,5 @@
 """Model: compile as a dry run, train/eval, checkpoints in SINGA's format, bad input."""
+
 import json
 import zipfile
 
@@ -57,8 +58,11 @@ def test_compile_creates_parameters_without_running_kernels():
     # Only the 4 parameters were allocated: no activation, no kernel ran.
     assert dev.memory_stats()["num_allocs"] == 4
     assert sorted(str(owner) for _, _, owner in dev.pool.live_blocks()) == [
-        "parameter fc1.W (5, 16) float32", "parameter fc1.b (16,) float32",
-        "parameter fc2.W (16, 3) float32", "parameter fc2.b (3,) float32"]
+        "parameter fc1.W (5, 16) float32",
+        "parameter fc1.b (16,) float32",
+        "parameter fc2.W (16, 3) float32",
+        "parameter fc2.b (3,) float32",
+    ]
 
 
 def test_training_lowers_the_loss_and_eval_runs_forward():
@@ -112,6 +116,7 @@ def test_foreign_and_mismatched_checkpoints(tmp_path):
         m.load_states(str(foreign))
     pickled = tmp_path / "pickle.zip"  # an object array would need pickle: never loaded
     import io
+
     buf = io.BytesIO()
     np.savez(buf, **{"fc1.W": np.array([object()], dtype=object)})
     with zipfile.ZipFile(pickled, "w") as zf:
@@ -124,6 +129,7 @@ def test_foreign_and_mismatched_checkpoints(tmp_path):
         def __init__(self):
             super().__init__()
             self.fc1 = layer.Linear(32)
+
     wide = Wider()
     wide.compile([tx], is_train=True)
     path = tmp_path / "wide.zip"

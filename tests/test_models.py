@@ -1,28 +1,36 @@
 """The model zoo: every model trains, graph mode changes none of its numbers, the standard
 networks have their published parameter counts, and deep ResNets build quickly."""
+
 import gc
 
 import numpy as np
 import pytest
+from training import assert_identical, batches, train
 
 from nnmem import device, layer, tensor
 from nnmem.models import MODELS, create_model
 from nnmem.models.classifier import Classifier
 from nnmem.models.resnet import cifar_stages, imagenet_stages, split_blocks
 
-from training import assert_identical, batches, train
-
 # Tiny forms of every zoo model: (name, input shape (batch 2), create_model kwargs).
 TINY = {
     "alexnet": ("alexnet", (2, 3, 67, 67), {"width": 1 / 16, "num_classes": 10}),
     "vgg16": ("vgg16", (2, 3, 32, 32), {"width": 1 / 16, "num_classes": 10}),
-    "resnet-cifar-bottleneck": ("resnet", (2, 3, 16, 16),
-                                {"depth": 11, "block": "bottleneck", "width": 0.5}),
-    "resnet-imagenet-basic": ("resnet", (2, 3, 32, 32),
-                              {"depth": 10, "stem": "imagenet", "width": 1 / 8}),
-    "resnet-imagenet-bottleneck": ("resnet", (2, 3, 32, 32),
-                                   {"depth": 14, "stem": "imagenet", "block": "bottleneck",
-                                    "width": 1 / 8}),
+    "resnet-cifar-bottleneck": (
+        "resnet",
+        (2, 3, 16, 16),
+        {"depth": 11, "block": "bottleneck", "width": 0.5},
+    ),
+    "resnet-imagenet-basic": (
+        "resnet",
+        (2, 3, 32, 32),
+        {"depth": 10, "stem": "imagenet", "width": 1 / 8},
+    ),
+    "resnet-imagenet-bottleneck": (
+        "resnet",
+        (2, 3, 32, 32),
+        {"depth": 14, "stem": "imagenet", "block": "bottleneck", "width": 1 / 8},
+    ),
     "densenet": ("densenet", (2, 3, 16, 16), {"growth": 4, "layers_per_block": 3, "blocks": 2}),
     "inception": ("inception", (2, 3, 16, 16), {"width": 1 / 16, "modules": 2}),
 }
@@ -57,9 +65,30 @@ def test_trains_and_graph_mode_changes_no_number(case):
 
 def test_layers_have_their_own_dotted_names():
     m = create_model("alexnet", width=1 / 16, num_classes=10)
-    expected = ["conv1", "relu1", "lrn1", "pool1", "conv2", "relu2", "lrn2", "pool2", "conv3",
-                "relu3", "conv4", "relu4", "conv5", "relu5", "pool5", "fc1", "relu6",
-                "dropout1", "fc2", "relu7", "dropout2", "fc3"]
+    expected = [
+        "conv1",
+        "relu1",
+        "lrn1",
+        "pool1",
+        "conv2",
+        "relu2",
+        "lrn2",
+        "pool2",
+        "conv3",
+        "relu3",
+        "conv4",
+        "relu4",
+        "conv5",
+        "relu5",
+        "pool5",
+        "fc1",
+        "relu6",
+        "dropout1",
+        "fc2",
+        "relu7",
+        "dropout2",
+        "fc3",
+    ]
     assert [n for n in m._layers if n in expected] == expected  # in SuperNeurons' order
     assert len({id(m._layers[n]) for n in expected}) == len(expected)
     assert isinstance(m.lrn1, layer.LRN)
@@ -119,15 +148,18 @@ def test_resnet_block_plans():
     assert split_blocks(50) == [3, 8, 36, 3]
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"depth": 9}, "6n \\+ 2"),
-    ({"depth": 12, "block": "bottleneck"}, "9n \\+ 2"),
-    ({"depth": 51, "stem": "imagenet"}, "3n \\+ 2"),
-    ({"depth": 12, "stem": "imagenet", "block": "bottleneck"}, "works with block='basic'"),
-    ({"depth": 8, "stem": "imagenet"}, "n >= 4"),
-    ({"depth": 20, "stem": "tiny"}, "stem"),
-    ({"depth": 20, "block": "wide"}, "block"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"depth": 9}, "6n \\+ 2"),
+        ({"depth": 12, "block": "bottleneck"}, "9n \\+ 2"),
+        ({"depth": 51, "stem": "imagenet"}, "3n \\+ 2"),
+        ({"depth": 12, "stem": "imagenet", "block": "bottleneck"}, "works with block='basic'"),
+        ({"depth": 8, "stem": "imagenet"}, "n >= 4"),
+        ({"depth": 20, "stem": "tiny"}, "stem"),
+        ({"depth": 20, "block": "wide"}, "block"),
+    ],
+)
 def test_unreachable_resnets_are_clear_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         create_model("resnet", **kwargs)
@@ -139,5 +171,6 @@ def test_a_10000_layer_resnet_builds():
 
     def count(lay):
         return 1 + sum(count(sub) for sub in lay._layers.values())
+
     assert count(m) >= 10_000
     assert len(m.blocks) == 1250

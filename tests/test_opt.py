@@ -1,4 +1,5 @@
 """Optimizers: SINGA's update rules against NumPy references, state keyed by identity."""
+
 import numpy as np
 import pytest
 
@@ -21,7 +22,7 @@ def adam_reference(w, grads, lr, b1, b2, eps, weight_decay):
     for t, g in enumerate(grads, start=1):
         g = g + weight_decay * w
         m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-        w = w - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+        w = w - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
     return w
 
 
@@ -40,21 +41,35 @@ W0 = rng.standard_normal((4, 3))
 GRADS = [rng.standard_normal((4, 3)) for _ in range(4)]
 
 
-@pytest.mark.parametrize("momentum,dampening,weight_decay,nesterov", [
-    (0.0, 0.0, 0.0, False), (0.9, 0.0, 1e-2, False), (0.9, 0.1, 0.0, False),
-    (0.8, 0.0, 1e-3, True)])
+@pytest.mark.parametrize(
+    "momentum,dampening,weight_decay,nesterov",
+    [
+        (0.0, 0.0, 0.0, False),
+        (0.9, 0.0, 1e-2, False),
+        (0.9, 0.1, 0.0, False),
+        (0.8, 0.0, 1e-3, True),
+    ],
+)
 def test_sgd_matches_singa_rule(momentum, dampening, weight_decay, nesterov):
-    sgd = opt.SGD(lr=0.05, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                  nesterov=nesterov)
-    np.testing.assert_allclose(run(sgd, W0, GRADS),
-                               sgd_reference(W0, GRADS, 0.05, momentum, dampening, weight_decay,
-                                             nesterov), rtol=1e-12)
+    sgd = opt.SGD(
+        lr=0.05,
+        momentum=momentum,
+        dampening=dampening,
+        weight_decay=weight_decay,
+        nesterov=nesterov,
+    )
+    np.testing.assert_allclose(
+        run(sgd, W0, GRADS),
+        sgd_reference(W0, GRADS, 0.05, momentum, dampening, weight_decay, nesterov),
+        rtol=1e-12,
+    )
 
 
 def test_adam_matches_reference():
     adam = opt.Adam(lr=0.01, weight_decay=1e-3)
-    np.testing.assert_allclose(run(adam, W0, GRADS),
-                               adam_reference(W0, GRADS, 0.01, 0.9, 0.999, 1e-8, 1e-3), rtol=1e-10)
+    np.testing.assert_allclose(
+        run(adam, W0, GRADS), adam_reference(W0, GRADS, 0.01, 0.9, 0.999, 1e-8, 1e-3), rtol=1e-10
+    )
 
 
 def test_state_is_keyed_by_parameter_identity_not_name():
@@ -76,6 +91,7 @@ def test_nesterov_needs_momentum():
 
 def test_optimizer_state_is_named_in_out_of_memory_reports():
     from nnmem.memory import OutOfMemory
+
     dev = device.create_cpu_device(4096)
     w = tensor.Tensor((256,), dev, requires_grad=True, stores_grad=True, name="fc.W")
     w.set_value(1.0)

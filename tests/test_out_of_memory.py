@@ -1,4 +1,5 @@
 """A pool that is too small: the error says what was asked, what is free, who holds memory."""
+
 import numpy as np
 import pytest
 
@@ -53,8 +54,10 @@ def test_the_report_gives_a_lower_bound_on_the_pool_that_fits():
     e = info.value
     in_use = e.capacity - e.free_bytes
     assert e.capacity_lower_bound == in_use + e.request
-    assert f"use a pool of at least {format_bytes(in_use + e.request)} ({in_use + e.request} " \
-           "bytes: those in use plus this request" in str(e)
+    assert (
+        f"use a pool of at least {format_bytes(in_use + e.request)} ({in_use + e.request} "
+        "bytes: those in use plus this request" in str(e)
+    )
 
 
 @pytest.mark.parametrize("use_graph", [True, False], ids=["graph", "eager"])
@@ -76,6 +79,7 @@ def test_smallest_pool_is_the_pool_training_and_evaluation_need(use_graph):
         model.eval()
         model(tx)
         return dev.memory_stats()["high_water_bytes"]
+
     assert train_and_evaluate(needed) <= needed  # it fits
     if use_graph:  # the plan is the floor; eager blocks land elsewhere in a smaller pool
         with pytest.raises(OutOfMemory):
@@ -84,6 +88,7 @@ def test_smallest_pool_is_the_pool_training_and_evaluation_need(use_graph):
 
 def test_a_parameter_that_does_not_fit_is_named_and_an_empty_batch_is_refused():
     from nnmem import layer
+
     dev = device.create_cpu_device("1MiB")
     x = tensor.from_numpy(np.zeros((2, 800), np.float32), dev)
     fc = layer.Linear(500)

@@ -1,4 +1,5 @@
 """Planning on shapes alone gives the figures a real run measures, byte for byte."""
+
 import numpy as np
 import pytest
 
@@ -56,33 +57,73 @@ def test_plan_rejects_malformed_shapes():
 
 
 def test_cli_plan_table_budget_and_searches(capsys):
-    assert main(["plan", "--model", "resnet", "--depth", "20", "--batch", "8",
-                 "--input", "3x32x32", "--budget", "40MiB"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "resnet",
+                "--depth",
+                "20",
+                "--batch",
+                "8",
+                "--input",
+                "3x32x32",
+                "--budget",
+                "40MiB",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "baseline" in out and "liveness + recompute" in out
     assert "does not fit" in out and "  fits" in out
-    assert main(["plan", "--model", "resnet", "--batch", "8", "--input", "3x32x32",
-                 "--budget", "1MiB"]) == 0
+    assert (
+        main(
+            ["plan", "--model", "resnet", "--batch", "8", "--input", "3x32x32", "--budget", "1MiB"]
+        )
+        == 0
+    )
     assert "no technique fits 1.0 MiB: the smallest peak reachable is" in capsys.readouterr().out
-    assert main(["plan", "--model", "resnet", "--batch", "4", "--input", "3x32x32",
-                 "--budget", "60MiB", "--find-depth"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "resnet",
+                "--batch",
+                "4",
+                "--input",
+                "3x32x32",
+                "--budget",
+                "60MiB",
+                "--find-depth",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     depth = int(out.split("deepest ResNet that fits 60.0 MiB: ")[1].split()[0])
     fits = plan(create_model("resnet", depth=depth), (4, 3, 32, 32)).best().peak_bytes
     deeper = plan(create_model("resnet", depth=depth + 6), (4, 3, 32, 32)).best().peak_bytes
     assert fits <= 60 * 2**20 < deeper
-    assert main(["plan", "--model", "cnn", "--input", "1x28x28", "--budget", "64MiB",
-                 "--find-batch"]) == 0
+    assert (
+        main(["plan", "--model", "cnn", "--input", "1x28x28", "--budget", "64MiB", "--find-batch"])
+        == 0
+    )
     assert "largest batch that fits 64.0 MiB:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["plan", "--model", "transformer"], "unknown model"),
-    (["plan", "--input", "3xaxb"], "3x224x224"),
-    (["plan", "--budget", "12 gigs"], "GiB"),
-    (["plan", "--find-depth"], "--budget"),
-    (["plan", "--model", "cnn", "--find-depth", "--budget", "1GiB"], "--model resnet"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["plan", "--model", "transformer"], "unknown model"),
+        (["plan", "--input", "3xaxb"], "3x224x224"),
+        (["plan", "--budget", "12 gigs"], "GiB"),
+        (["plan", "--find-depth"], "--budget"),
+        (["plan", "--model", "cnn", "--find-depth", "--budget", "1GiB"], "--model resnet"),
+    ],
+)
 def test_cli_plan_bad_input_is_explained(capsys, argv, message):
     assert main(argv) == 2
     assert message in capsys.readouterr().err

@@ -105,7 +105,11 @@ def _fragment(strategy):
     x, g1, y, g2, z = (pool.alloc(n * A) for n in (1, 3, 1, 2, 1))
     pool.free(g1)
     pool.free(g2)
-    assert [s for s in pool.segments() if s[2]] == [(A, 3 * A, True), (5 * A, 2 * A, True), (8 * A, 2 * A, True)]
+    assert [s for s in pool.segments() if s[2]] == [
+        (A, 3 * A, True),
+        (5 * A, 2 * A, True),
+        (8 * A, 2 * A, True),
+    ]
     return pool
 
 
@@ -123,7 +127,12 @@ def test_split_then_coalesce_middle_then_neighbours():
     pool = Pool(8 * A)
     a, b, c = pool.alloc(A), pool.alloc(2 * A), pool.alloc(A)
     assert (a, b, c) == (0, A, 3 * A)
-    assert pool.segments() == [(0, A, False), (A, 2 * A, False), (3 * A, A, False), (4 * A, 4 * A, True)]
+    assert pool.segments() == [
+        (0, A, False),
+        (A, 2 * A, False),
+        (3 * A, A, False),
+        (4 * A, 4 * A, True),
+    ]
     pool.free(b)  # middle: no free neighbour
     assert pool.stats()["free_segments"] == 2
     pool.free(a)  # merges with the right neighbour (b's hole)
@@ -216,7 +225,12 @@ def test_live_blocks_sorted_by_size_with_owners():
     pool.alloc(4 * A, owner=big)
     pool.alloc(2 * A, owner="a string owner")
     pool.alloc(2 * A)
-    assert pool.live_blocks() == [(A, 4 * A, big), (5 * A, 2 * A, "a string owner"), (7 * A, 2 * A, None), (0, A, small)]
+    assert pool.live_blocks() == [
+        (A, 4 * A, big),
+        (5 * A, 2 * A, "a string owner"),
+        (7 * A, 2 * A, None),
+        (0, A, small),
+    ]
 
 
 def test_owner_is_held_weakly():
@@ -245,10 +259,24 @@ def test_out_of_memory_message_names_request_free_space_and_owners():
         pool.alloc(3 * A, owner=Owner("never allocated"))
     e = info.value
     assert isinstance(e, MemoryError)
-    assert (e.request, e.nbytes, e.free_bytes, e.largest_free_block, e.capacity) == (3 * A, 3 * A, A, A, 8 * A)
+    assert (e.request, e.nbytes, e.free_bytes, e.largest_free_block, e.capacity) == (
+        3 * A,
+        3 * A,
+        A,
+        A,
+        8 * A,
+    )
     assert e.live == [(0, 4 * A, str(o1)), (4 * A, 3 * A, str(o2))]
     msg = str(e)
-    for text in [format_bytes(3 * A), str(3 * A), format_bytes(A), str(o1), str(o2), "pool_bytes", "smaller batch"]:
+    for text in [
+        format_bytes(3 * A),
+        str(3 * A),
+        format_bytes(A),
+        str(o1),
+        str(o2),
+        "pool_bytes",
+        "smaller batch",
+    ]:
         assert text in msg
     assert "fragmented" not in msg and not e.fragmented
     assert pool.stats()["num_allocs"] == 2  # a failed alloc changes nothing
@@ -263,7 +291,12 @@ def test_out_of_memory_fragmentation_hint():
     with pytest.raises(OutOfMemory) as info:
         pool.alloc(3 * A + 5)
     e = info.value
-    assert e.request == 4 * A and e.nbytes == 3 * A + 5 and e.free_bytes == 4 * A and e.largest_free_block == 2 * A
+    assert (
+        e.request == 4 * A
+        and e.nbytes == 3 * A + 5
+        and e.free_bytes == 4 * A
+        and e.largest_free_block == 2 * A
+    )
     assert e.fragmented and "fragmented" in str(e)
     assert str(3 * A + 5) in str(e)  # the unrounded request is also shown
 

@@ -89,7 +89,9 @@ class PoolMachine(RuleBasedStateMachine):
     def free(self, data):
         off = data.draw(st.sampled_from(sorted(self.live)), label="offset")
         tag, size, _, _ = self.live.pop(off)
-        assert np.array_equal(self.pool.view(off, size), pattern(tag, size)), f"block #{tag} clobbered"
+        assert np.array_equal(self.pool.view(off, size), pattern(tag, size)), (
+            f"block #{tag} clobbered"
+        )
         self.pool.free(off)
         self.frees += 1
 
@@ -125,12 +127,16 @@ class PoolMachine(RuleBasedStateMachine):
         assert pos == self.cap
         assert not any(a[2] and b[2] for a, b in zip(segs, segs[1:])), "adjacent free segments"
         used = {(off, size) for off, size, is_free in segs if not is_free}
-        assert used == {(off, v[1]) for off, v in self.live.items()}, "live blocks differ from the model"
+        assert used == {(off, v[1]) for off, v in self.live.items()}, (
+            "live blocks differ from the model"
+        )
 
     @invariant()
     def blocks_are_intact(self):
         for off, (tag, size, _, _) in self.live.items():
-            assert np.array_equal(self.pool.buffer[off : off + size], pattern(tag, size)), f"block #{tag} clobbered"
+            assert np.array_equal(self.pool.buffer[off : off + size], pattern(tag, size)), (
+                f"block #{tag} clobbered"
+            )
 
     @invariant()
     def stats_match_the_model(self):

@@ -1,5 +1,6 @@
 """Recomputation changes no number, lowers the peak where it can, and cost-aware keeps the
 memory-centric peak with fewer recomputations; the route of SuperNeurons' Algorithm 1."""
+
 import numpy as np
 import pytest
 
@@ -8,7 +9,8 @@ from nnmem.graph.schedule import bfs_order, dependencies, route_order
 from nnmem.models import create_model
 from nnmem.planning import plan
 
-CASES = {  # tiny members of the zoo: fans and joins (inception, densenet, resnet), dropout (alexnet)
+# tiny members of the zoo: fans and joins (inception, densenet, resnet), dropout (alexnet)
+CASES = {
     "cnn": ((4, 1, 28, 28), {}),
     "resnet": ((2, 3, 16, 16), {"depth": 8}),
     "alexnet": ((2, 3, 67, 67), {"width": 1 / 16, "num_classes": 10}),
@@ -49,8 +51,10 @@ def test_every_strategy_changes_no_number(name):
 
 def test_recomputation_lowers_the_resnet_peak_and_cost_aware_is_in_between():
     def summary(strategy):
-        return plan(create_model("resnet", depth=20), (32, 3, 32, 32), recompute=strategy) \
-            .techniques[2]
+        return plan(
+            create_model("resnet", depth=20), (32, 3, 32, 32), recompute=strategy
+        ).techniques[2]
+
     speed, memory, cost = summary("speed"), summary("memory"), summary("cost-aware")
     liveness = plan(create_model("resnet", depth=20), (32, 3, 32, 32)).techniques[1]
     assert memory.lower_bound_bytes < liveness.lower_bound_bytes
@@ -74,12 +78,13 @@ def test_route_is_depth_first_and_waits_at_joins():
     for order in (route_order(nodes, predecessors), bfs_order(nodes, predecessors)):
         position = {i: p for p, i in enumerate(order)}
         assert sorted(order) == list(range(len(nodes)))
-        assert all(position[j] < position[i] for i, before in enumerate(predecessors)
-                   for j in before)
+        assert all(
+            position[j] < position[i] for i, before in enumerate(predecessors) for j in before
+        )
     route = [nodes[i].name for i in route_order(nodes, predecessors) if nodes[i].phase == "forward"]
     branch = [n for n in route if n.startswith("module1.branch3")]
     first = route.index(branch[0])
-    assert route[first:first + len(branch)] == branch  # a whole branch before the next one
+    assert route[first : first + len(branch)] == branch  # a whole branch before the next one
 
 
 def test_live_sets_free_each_tensor_after_its_last_use():

@@ -1,6 +1,7 @@
 """The CNN script of SINGA's Model documentation, with only its imports changed and
 create_cpu_device() for create_cuda_gpu(), trains to >= 97% test accuracy on the embedded
 digits within 10 epochs (lr=0.02: the docs' 0.005 suits 60,000 MNIST images, not 1,437)."""
+
 import numpy as np
 
 from nnmem import device, layer, model, opt, tensor
@@ -8,7 +9,6 @@ from nnmem.data import iterate_batches, load_digits, one_hot
 
 
 class CNN(model.Model):
-
     def __init__(self, num_classes=10, num_channels=1):
         super(CNN, self).__init__()
         self.conv1 = layer.Conv2d(num_channels, 20, 5, padding=0, activation="RELU")
@@ -66,9 +66,12 @@ def test_singa_cnn_script_reaches_97_percent_within_10_epochs():
             # Training with one batch
             out, loss = model(tx, ty)
         model.eval()
-        predictions = np.concatenate([
-            tensor.to_numpy(model(tensor.from_numpy(x, dev))).argmax(axis=1)
-            for x, _ in iterate_batches(x_test, y_test, batch_size, shuffle=False)])
+        predictions = np.concatenate(
+            [
+                tensor.to_numpy(model(tensor.from_numpy(x, dev))).argmax(axis=1)
+                for x, _ in iterate_batches(x_test, y_test, batch_size, shuffle=False)
+            ]
+        )
         accuracies.append(float((predictions == y_test).mean()))
         if accuracies[-1] >= 0.97:
             break

@@ -1,4 +1,5 @@
 """Tensors: lazy allocation, reference counting, host writes and their errors."""
+
 import numpy as np
 import pytest
 
@@ -68,7 +69,9 @@ def test_random_fills_follow_the_device_seed(dev):
     a = tensor.to_numpy(tensor.Tensor((1000,), dev).gaussian(1.0, 2.0))
     b = tensor.to_numpy(tensor.Tensor((1000,), dev).uniform(-1, 3))
     dev.SetRandSeed(7)
-    np.testing.assert_array_equal(a, tensor.to_numpy(tensor.Tensor((1000,), dev).gaussian(1.0, 2.0)))
+    np.testing.assert_array_equal(
+        a, tensor.to_numpy(tensor.Tensor((1000,), dev).gaussian(1.0, 2.0))
+    )
     assert abs(a.mean() - 1.0) < 0.2 and abs(a.std() - 2.0) < 0.2
     assert b.min() >= -1 and b.max() < 3
 
@@ -81,8 +84,14 @@ def test_placeholder_needs_no_gradient(dev):
 def test_memory_stats_names_and_peak_reset(dev):
     t = tensor.zeros((1000,), dev)
     stats = dev.memory_stats()
-    for key in ("allocated_bytes.current", "allocated_bytes.peak", "reserved_bytes",
-                "largest_free_block", "num_allocs", "num_frees"):
+    for key in (
+        "allocated_bytes.current",
+        "allocated_bytes.peak",
+        "reserved_bytes",
+        "largest_free_block",
+        "num_allocs",
+        "num_frees",
+    ):
         assert key in stats
     del t
     assert dev.memory_stats()["allocated_bytes.peak"] > 0

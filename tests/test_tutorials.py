@@ -1,4 +1,5 @@
 """Every tutorial notebook runs from top to bottom and shows what it promises."""
+
 import pathlib
 import sys
 

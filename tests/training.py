@@ -1,4 +1,5 @@
 """Helpers for tests that train a few steps and compare runs bit for bit."""
+
 import numpy as np
 
 from nnmem import device, opt, tensor
@@ -7,8 +8,10 @@ from nnmem import device, opt, tensor
 def batches(shape, n, seed=0, classes=10):
     """`n` random (images, class ids) batches of `shape`."""
     rng = np.random.default_rng(seed)
-    return [(rng.random(shape, dtype=np.float32),
-             rng.integers(0, classes, shape[0]).astype(np.int32)) for _ in range(n)]
+    return [
+        (rng.random(shape, dtype=np.float32), rng.integers(0, classes, shape[0]).astype(np.int32))
+        for _ in range(n)
+    ]
 
 
 def train(m, data, use_graph, sequential=False, optimizer=None, pool="256MiB", seed=0):

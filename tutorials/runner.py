@@ -6,6 +6,7 @@ The test suite calls `run_notebook` on every tutorial: a cell that raises fails 
 With --save, each code cell's printed output is stored in the notebook, so that a reader who
 opens it on the web sees the results of the last run.
 """
+
 import contextlib
 import io
 import json
@@ -26,9 +27,17 @@ def run_notebook(path, save=False):
         with contextlib.redirect_stdout(printed):
             exec(compile(source, f"{path} cell {index}", "exec"), namespace)
         outputs.append(printed.getvalue())
-        cell["outputs"] = [{"output_type": "stream", "name": "stdout",
-                            "text": printed.getvalue().splitlines(keepends=True)}] \
-            if printed.getvalue() else []
+        cell["outputs"] = (
+            [
+                {
+                    "output_type": "stream",
+                    "name": "stdout",
+                    "text": printed.getvalue().splitlines(keepends=True),
+                }
+            ]
+            if printed.getvalue()
+            else []
+        )
         cell["execution_count"] = len(outputs)
     if save:
         with open(path, "w") as f:

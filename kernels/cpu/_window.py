@@ -12,20 +12,21 @@ __all__ = ["window_output_size", "valid_range"]
 
 
 def window_output_size(size, k, stride, pad):
-    """Output length of a window of length k, stride and symmetric zero padding: (size+2*pad-k)//stride+1."""
+    """Output length of a window of length k, stride and symmetric zero padding:
+    (size+2*pad-k)//stride+1."""
     if k < 1 or stride < 1 or pad < 0:
         raise ValueError(
-            f"window: need kernel >= 1, stride >= 1, padding >= 0; got k={k}, stride={stride}, pad={pad}"
+            "window: need kernel >= 1, stride >= 1, padding >= 0; "
+            f"got k={k}, stride={stride}, pad={pad}"
         )
     if size + 2 * pad < k:
-        raise ValueError(
-            f"window: kernel {k} is larger than the padded input {size} + 2*{pad}"
-        )
+        raise ValueError(f"window: kernel {k} is larger than the padded input {size} + 2*{pad}")
     return (size + 2 * pad - k) // stride + 1
 
 
 def _valid_range(out_size, offset, stride, pad, in_size):
-    """Half-open [lo, hi) of outputs i with 0 <= i*stride + offset - pad < in_size. Pure integer maths."""
+    """Half-open [lo, hi) of outputs i with 0 <= i*stride + offset - pad < in_size.
+    Pure integer maths."""
     # lowest i with i*stride >= pad - offset (ceil division; may be negative -> clamp at 0)
     lo = (pad - offset + stride - 1) // stride
     if lo < 0:

@@ -19,13 +19,19 @@ from numba import prange
 
 from ._jit import njit
 
-__all__ = ["batchnorm2d_forward_train", "batchnorm2d_forward_apply", "batchnorm2d_forward_infer",
-           "batchnorm2d_backward"]
+__all__ = [
+    "batchnorm2d_forward_train",
+    "batchnorm2d_forward_apply",
+    "batchnorm2d_forward_infer",
+    "batchnorm2d_backward",
+]
 
 
 def _check_bn(y, x, c_vec):
     if y.shape != x.shape or c_vec.shape[0] != x.shape[1]:
-        raise ValueError("batchnorm2d: y must match x (N,C,H,W) and per-channel vectors must have length C")
+        raise ValueError(
+            "batchnorm2d: y must match x (N,C,H,W) and per-channel vectors must have length C"
+        )
 
 
 check_bn = njit(cache=True)(_check_bn)
@@ -44,9 +50,11 @@ def _channel_sum(x, ci):
 channel_sum = njit(cache=True)(_channel_sum)
 
 
-def _batchnorm2d_forward_train(y, saved_mean, saved_invstd, running_mean, running_var,
-                               x, gamma, beta, momentum, eps):
-    """y = gamma*(x-mean)*invstd + beta with batch stats; writes y, saved_mean, saved_invstd; updates running_* in place."""
+def _batchnorm2d_forward_train(
+    y, saved_mean, saved_invstd, running_mean, running_var, x, gamma, beta, momentum, eps
+):
+    """y = gamma*(x-mean)*invstd + beta with batch stats; writes y, saved_mean, saved_invstd;
+    updates running_* in place."""
     check_bn(y, x, gamma)
     check_bn(y, x, beta)
     check_bn(y, x, saved_mean)
@@ -97,7 +105,8 @@ def _batchnorm2d_forward_apply(y, x, gamma, beta, saved_mean, saved_invstd):
 
 
 def _batchnorm2d_forward_infer(y, x, gamma, beta, running_mean, running_var, eps):
-    """y = gamma*(x-running_mean)/sqrt(running_var+eps) + beta. Writes y; in-place safe (y may be x)."""
+    """y = gamma*(x-running_mean)/sqrt(running_var+eps) + beta.
+    Writes y; in-place safe (y may be x)."""
     check_bn(y, x, gamma)
     check_bn(y, x, beta)
     check_bn(y, x, running_mean)

@@ -39,9 +39,16 @@ from .elementwise import axpy
 from .gemm import matmul
 
 __all__ = [
-    "conv2d_output_shape", "conv2d_forward_direct", "conv2d_backward_data_direct",
-    "conv2d_backward_filter_direct", "im2col", "col2im", "conv2d_gemm_workspace_per_sample",
-    "conv2d_forward_gemm", "conv2d_backward_data_gemm", "conv2d_backward_filter_gemm",
+    "conv2d_output_shape",
+    "conv2d_forward_direct",
+    "conv2d_backward_data_direct",
+    "conv2d_backward_filter_direct",
+    "im2col",
+    "col2im",
+    "conv2d_gemm_workspace_per_sample",
+    "conv2d_forward_gemm",
+    "conv2d_backward_data_gemm",
+    "conv2d_backward_filter_gemm",
 ]
 
 
@@ -55,8 +62,15 @@ def _check_conv_shapes(y, x, w, sh, sw, ph, pw):
     o, c2, kh, kw = w.shape
     oh = (h + 2 * ph - kh) // sh + 1
     ow = (wd + 2 * pw - kw) // sw + 1
-    if (c2 != c or y.shape[0] != n or y.shape[1] != o or y.shape[2] != oh or y.shape[3] != ow
-            or oh < 1 or ow < 1):
+    if (
+        c2 != c
+        or y.shape[0] != n
+        or y.shape[1] != o
+        or y.shape[2] != oh
+        or y.shape[3] != ow
+        or oh < 1
+        or ow < 1
+    ):
         raise ValueError("conv2d: shapes of y (N,O,OH,OW), x (N,C,H,W), w (O,C,KH,KW) do not agree")
 
 
@@ -72,7 +86,8 @@ _u = np.uint64
 
 # ---------------------------------------------------------------- direct algorithm
 def _conv2d_forward_direct(y, x, w, sh, sw, ph, pw):
-    """y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,c,i*sh+p-ph,j*sw+q-pw]. Writes y; no workspace; parallel over (n,o)."""
+    """y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,c,i*sh+p-ph,j*sw+q-pw].
+    Writes y; no workspace; parallel over (n,o)."""
     check_conv_shapes(y, x, w, sh, sw, ph, pw)
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
@@ -97,7 +112,8 @@ def _conv2d_forward_direct(y, x, w, sh, sw, ph, pw):
 
 
 def _conv2d_backward_data_direct(dx, dy, w, sh, sw, ph, pw):
-    """dx[n,c,h,v] = sum_{o,p,q,i,j: h=i*sh+p-ph, v=j*sw+q-pw} w[o,c,p,q] dy[n,o,i,j]. Overwrites dx; parallel over (n,c)."""
+    """dx[n,c,h,v] = sum_{o,p,q,i,j: h=i*sh+p-ph, v=j*sw+q-pw} w[o,c,p,q] dy[n,o,i,j].
+    Overwrites dx; parallel over (n,c)."""
     check_conv_shapes(dy, dx, w, sh, sw, ph, pw)
     n, c, h, wd = dx.shape
     o, _, kh, kw = w.shape
@@ -122,7 +138,8 @@ def _conv2d_backward_data_direct(dx, dy, w, sh, sw, ph, pw):
 
 
 def _conv2d_backward_filter_direct(dw, dy, x, sh, sw, ph, pw):
-    """dw[o,c,p,q] = sum_{n,i,j} dy[n,o,i,j] x[n,c,i*sh+p-ph,j*sw+q-pw]. Overwrites dw; parallel over (o,c); float64 sums."""
+    """dw[o,c,p,q] = sum_{n,i,j} dy[n,o,i,j] x[n,c,i*sh+p-ph,j*sw+q-pw].
+    Overwrites dw; parallel over (o,c); float64 sums."""
     check_conv_shapes(dy, x, dw, sh, sw, ph, pw)
     n, c, h, wd = x.shape
     o, _, kh, kw = dw.shape
@@ -146,7 +163,8 @@ def _conv2d_backward_filter_direct(dw, dy, x, sh, sw, ph, pw):
 
 # ---------------------------------------------------------------- im2col / col2im
 def _im2col(cols, x, kh, kw, sh, sw, ph, pw):
-    """cols[(c*KH+p)*KW+q, (b*OH+i)*OW+j] = x[b,c,i*sh+p-ph,j*sw+q-pw] or 0. Writes cols (C*KH*KW, B*OH*OW); parallel over rows."""
+    """cols[(c*KH+p)*KW+q, (b*OH+i)*OW+j] = x[b,c,i*sh+p-ph,j*sw+q-pw] or 0.
+    Writes cols (C*KH*KW, B*OH*OW); parallel over rows."""
     nb, c, h, wd = x.shape
     oh = (h + 2 * ph - kh) // sh + 1
     ow = (wd + 2 * pw - kw) // sw + 1
@@ -175,7 +193,8 @@ def _im2col(cols, x, kh, kw, sh, sw, ph, pw):
 
 
 def _col2im(x, cols, kh, kw, sh, sw, ph, pw):
-    """x[b,c,h,v] = sum of the cols entries im2col would read from x[b,c,h,v] (scatter-sum). Overwrites x; parallel over (b,c)."""
+    """x[b,c,h,v] = sum of the cols entries im2col would read from x[b,c,h,v] (scatter-sum).
+    Overwrites x; parallel over (b,c)."""
     nb, c, h, wd = x.shape
     oh = (h + 2 * ph - kh) // sh + 1
     ow = (wd + 2 * pw - kw) // sw + 1
@@ -201,7 +220,8 @@ def _col2im(x, cols, kh, kw, sh, sw, ph, pw):
 
 
 def _swap01(out, x):
-    """out[j, i, :] = x[i, j, :] for x (A, B, L), out (B, A, L). Writes out; parallel over (i, j) rows."""
+    """out[j, i, :] = x[i, j, :] for x (A, B, L), out (B, A, L).
+    Writes out; parallel over (i, j) rows."""
     na, nb, nl = x.shape
     for t in prange(na * nb):
         i = t // nb
@@ -220,7 +240,8 @@ conv2d_backward_filter_direct = njit(parallel=True, cache=True)(_conv2d_backward
 
 # ---------------------------------------------------------------- im2col + GEMM
 def conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw):
-    """Workspace elements one sample needs in any GEMM pass: (C*KH*KW + O) * OH * OW. Plain Python."""
+    """Workspace elements one sample needs in any GEMM pass: (C*KH*KW + O) * OH * OW.
+    Plain Python."""
     _, _, oh, ow = conv2d_output_shape(1, c, h, w, o, kh, kw, sh, sw, ph, pw)
     return (c * kh * kw + o) * oh * ow
 
@@ -238,61 +259,68 @@ def _gemm_setup(name, y, x, w, workspace, sh, sw, ph, pw):
     o, _, kh, kw = w.shape
     check_conv_shapes(y, x, w, sh, sw, ph, pw)
     k = c * kh * kw
-    l = y.shape[2] * y.shape[3]
-    per = (k + o) * l
+    npix = y.shape[2] * y.shape[3]  # L = OH*OW, output pixels per sample
+    per = (k + o) * npix
     if workspace.size < per:
         raise ValueError(
             f"{name}: workspace has {workspace.size} elements but one sample needs {per} "
-            f"((C*KH*KW + O)*OH*OW = ({c}*{kh}*{kw} + {o})*{l})"
+            f"((C*KH*KW + O)*OH*OW = ({c}*{kh}*{kw} + {o})*{npix})"
         )
-    return k, l, per, min(n, workspace.size // per)
+    return k, npix, per, min(n, workspace.size // per)
 
 
-def _chunk_views(workspace, k, o, l, b):
+def _chunk_views(workspace, k, o, npix, b):
     """cols (K, B*L) at the start of the workspace, then the (O, B*L) transposed-channel buffer."""
-    cols = workspace[: k * b * l].reshape(k, b * l)
-    tbuf = workspace[k * b * l: (k + o) * b * l].reshape(o, b * l)
+    cols = workspace[: k * b * npix].reshape(k, b * npix)
+    tbuf = workspace[k * b * npix : (k + o) * b * npix].reshape(o, b * npix)
     return cols, tbuf
 
 
 def conv2d_forward_gemm(y, x, w, workspace, sh, sw, ph, pw):
-    """y = conv2d(x, w) via im2col + one GEMM per chunk. Writes y; uses workspace (>= per-sample size, 1-D, x.dtype)."""
-    k, l, per, bsz = _gemm_setup("conv2d_forward_gemm", y, x, w, workspace, sh, sw, ph, pw)
+    """y = conv2d(x, w) via im2col + one GEMM per chunk.
+    Writes y; uses workspace (>= per-sample size, 1-D, x.dtype)."""
+    k, npix, per, bsz = _gemm_setup("conv2d_forward_gemm", y, x, w, workspace, sh, sw, ph, pw)
     n = x.shape[0]
     o, _, kh, kw = w.shape
     wm = w.reshape(o, k)
     for n0 in range(0, n, bsz):
         b = min(bsz, n - n0)
-        cols, tbuf = _chunk_views(workspace, k, o, l, b)
-        im2col(cols, x[n0: n0 + b], kh, kw, sh, sw, ph, pw)
+        cols, tbuf = _chunk_views(workspace, k, o, npix, b)
+        im2col(cols, x[n0 : n0 + b], kh, kw, sh, sw, ph, pw)
         if b == 1:
-            matmul(y[n0].reshape(o, l), wm, cols)
+            matmul(y[n0].reshape(o, npix), wm, cols)
         else:
             matmul(tbuf, wm, cols)
-            swap01(y[n0: n0 + b].reshape(b, o, l), tbuf.reshape(o, b, l))
+            swap01(y[n0 : n0 + b].reshape(b, o, npix), tbuf.reshape(o, b, npix))
 
 
 def conv2d_backward_data_gemm(dx, dy, w, workspace, sh, sw, ph, pw):
-    """dx = adjoint of conv2d w.r.t. x via GEMM + col2im per chunk. Overwrites dx; uses workspace like the forward."""
-    k, l, per, bsz = _gemm_setup("conv2d_backward_data_gemm", dy, dx, w, workspace, sh, sw, ph, pw)
+    """dx = adjoint of conv2d w.r.t. x via GEMM + col2im per chunk.
+    Overwrites dx; uses workspace like the forward."""
+    k, npix, per, bsz = _gemm_setup(
+        "conv2d_backward_data_gemm", dy, dx, w, workspace, sh, sw, ph, pw
+    )
     n = dx.shape[0]
     o, _, kh, kw = w.shape
     wt = w.reshape(o, k).T
     for n0 in range(0, n, bsz):
         b = min(bsz, n - n0)
-        cols, tbuf = _chunk_views(workspace, k, o, l, b)
+        cols, tbuf = _chunk_views(workspace, k, o, npix, b)
         if b == 1:
-            dyt = dy[n0].reshape(o, l)
+            dyt = dy[n0].reshape(o, npix)
         else:
             dyt = tbuf
-            swap01(dyt.reshape(o, b, l), dy[n0: n0 + b].reshape(b, o, l))
+            swap01(dyt.reshape(o, b, npix), dy[n0 : n0 + b].reshape(b, o, npix))
         matmul(cols, wt, dyt)
-        col2im(dx[n0: n0 + b], cols, kh, kw, sh, sw, ph, pw)
+        col2im(dx[n0 : n0 + b], cols, kh, kw, sh, sw, ph, pw)
 
 
 def conv2d_backward_filter_gemm(dw, dy, x, workspace, sh, sw, ph, pw):
-    """dw = adjoint of conv2d w.r.t. w via im2col + GEMM, summing chunks in order. Overwrites dw; uses workspace."""
-    k, l, per, bsz = _gemm_setup("conv2d_backward_filter_gemm", dy, x, dw, workspace, sh, sw, ph, pw)
+    """dw = adjoint of conv2d w.r.t. w via im2col + GEMM, summing chunks in order.
+    Overwrites dw; uses workspace."""
+    k, npix, per, bsz = _gemm_setup(
+        "conv2d_backward_filter_gemm", dy, x, dw, workspace, sh, sw, ph, pw
+    )
     n = x.shape[0]
     o, _, kh, kw = dw.shape
     dwm = dw.reshape(o, k)
@@ -301,15 +329,15 @@ def conv2d_backward_filter_gemm(dw, dy, x, workspace, sh, sw, ph, pw):
         bsz = max(1, min(bsz, (workspace.size - o * k) // per))
     for chunk, n0 in enumerate(range(0, n, bsz)):
         b = min(bsz, n - n0)
-        cols, tbuf = _chunk_views(workspace, k, o, l, b)
-        im2col(cols, x[n0: n0 + b], kh, kw, sh, sw, ph, pw)
+        cols, tbuf = _chunk_views(workspace, k, o, npix, b)
+        im2col(cols, x[n0 : n0 + b], kh, kw, sh, sw, ph, pw)
         if b == 1:
-            dyt = dy[n0].reshape(o, l)
-            used = k * l
+            dyt = dy[n0].reshape(o, npix)
+            used = k * npix
         else:
             dyt = tbuf
-            swap01(dyt.reshape(o, b, l), dy[n0: n0 + b].reshape(b, o, l))
-            used = (k + o) * b * l
+            swap01(dyt.reshape(o, b, npix), dy[n0 : n0 + b].reshape(b, o, npix))
+            used = (k + o) * b * npix
         if chunk == 0:
             matmul(dwm, dyt, cols.T)
         else:
@@ -317,7 +345,8 @@ def conv2d_backward_filter_gemm(dw, dy, x, workspace, sh, sw, ph, pw):
 
 
 def _accumulate_tiled(dwm, dyt, cols, spare):
-    """dwm (O,K) += dyt (O,M) @ cols^T (M,K), computing the product in tiles that fit in `spare`, in a fixed order."""
+    """dwm (O,K) += dyt (O,M) @ cols^T (M,K), computing the product in tiles that fit in `spare`,
+    in a fixed order."""
     o, k = dwm.shape
     room = spare.size  # >= 1: a one-sample chunk leaves at least O*L elements free
     rows = max(1, min(o, room // k))

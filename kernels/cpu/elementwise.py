@@ -22,9 +22,21 @@ from numba import prange
 from ._jit import njit
 
 __all__ = [
-    "relu_forward", "relu_backward", "sigmoid_forward", "sigmoid_backward",
-    "add", "sub", "mul", "axpy", "scale", "fill", "copy",
-    "dropout_forward", "dropout_backward", "add_bias_rows", "add_bias_nchw",
+    "relu_forward",
+    "relu_backward",
+    "sigmoid_forward",
+    "sigmoid_backward",
+    "add",
+    "sub",
+    "mul",
+    "axpy",
+    "scale",
+    "fill",
+    "copy",
+    "dropout_forward",
+    "dropout_backward",
+    "add_bias_rows",
+    "add_bias_nchw",
 ]
 
 
@@ -45,7 +57,8 @@ def _relu_forward(y, x):
 
 
 def _relu_backward(dx, dy, y):
-    """dx = dy * (y > 0), using the forward OUTPUT y so it works after an in-place forward. Writes dx."""
+    """dx = dy * (y > 0), using the forward OUTPUT y so it works after an in-place forward.
+    Writes dx."""
     check_same_size(dx, dy)
     check_same_size(dx, y)
     for i in prange(dy.size):
@@ -124,7 +137,8 @@ def _copy(y, x):
 
 
 def _dropout_forward(y, mask, x, ratio):
-    """mask = 0 where mask < ratio else 1/(1-ratio) (mask arrives holding U[0,1) draws); y = x * mask.
+    """mask = 0 where mask < ratio else 1/(1-ratio) (mask arrives holding U[0,1) draws);
+    y = x * mask.
 
     Overwrites mask with the scale factors (kept for the backward pass) and writes y; y may be x.
     """

@@ -24,7 +24,5 @@ __all__ = ["matmul"]
 def matmul(out, a, b):
     """out (M,N) = a (M,K) @ b (K,N). Writes out (C-contiguous, same dtype); no workspace."""
     if out.dtype != a.dtype or out.dtype != b.dtype:
-        raise TypeError(
-            f"matmul: dtypes must match, got out={out.dtype}, a={a.dtype}, b={b.dtype}"
-        )
+        raise TypeError(f"matmul: dtypes must match, got out={out.dtype}, a={a.dtype}, b={b.dtype}")
     np.matmul(a, b, out=out)

@@ -16,9 +16,12 @@ import math
 from ._jit import njit
 
 __all__ = [
-    "softmax_cross_entropy_forward", "softmax_cross_entropy_backward",
-    "softmax_cross_entropy_forward_onehot", "softmax_cross_entropy_backward_onehot",
-    "mse_forward", "mse_backward",
+    "softmax_cross_entropy_forward",
+    "softmax_cross_entropy_backward",
+    "softmax_cross_entropy_forward_onehot",
+    "softmax_cross_entropy_backward_onehot",
+    "mse_forward",
+    "mse_backward",
 ]
 
 
@@ -52,7 +55,8 @@ softmax_row = njit(cache=True)(_softmax_row)
 
 
 def _sce_forward(loss, prob, x, labels):
-    """loss[0] = mean_n -log softmax(x[n])[labels[n]]; writes prob (N,C) = softmax(x). Returns bad row or -1."""
+    """loss[0] = mean_n -log softmax(x[n])[labels[n]]; writes prob (N,C) = softmax(x).
+    Returns bad row or -1."""
     n, c = x.shape
     bad = check_labels(labels, c)
     if bad >= 0:
@@ -66,7 +70,8 @@ def _sce_forward(loss, prob, x, labels):
 
 
 def _sce_backward(dx, dloss, prob, labels):
-    """dx = (prob - onehot(labels)) * dloss[0] / N. Writes dx (N,C); dx may be prob. Returns bad row or -1."""
+    """dx = (prob - onehot(labels)) * dloss[0] / N. Writes dx (N,C); dx may be prob.
+    Returns bad row or -1."""
     n, c = prob.shape
     bad = check_labels(labels, c)
     if bad >= 0:
@@ -89,9 +94,12 @@ def _raise_bad_label(name, labels, row, c):
 
 
 def softmax_cross_entropy_forward(loss, prob, x, labels):
-    """loss[0] = mean_n -log softmax(x)[n, labels[n]], prob = softmax(x) (N,C). Writes loss, prob. ValueError on bad label."""
+    """loss[0] = mean_n -log softmax(x)[n, labels[n]], prob = softmax(x) (N,C).
+    Writes loss, prob. ValueError on bad label."""
     if x.ndim != 2 or prob.shape != x.shape or labels.shape != (x.shape[0],) or loss.size != 1:
-        raise ValueError("softmax_cross_entropy_forward: need x, prob (N,C), labels (N,), loss (1,)")
+        raise ValueError(
+            "softmax_cross_entropy_forward: need x, prob (N,C), labels (N,), loss (1,)"
+        )
     bad = _sce_forward_jit(loss, prob, x, labels)
     if bad >= 0:
         _raise_bad_label("softmax_cross_entropy_forward", labels, bad, x.shape[1])

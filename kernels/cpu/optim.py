@@ -4,8 +4,8 @@ Each element of the parameter is updated from the same element of the gradient
 and state buffers only (no reduction), so results are bit-identical on every
 call. The kernels are compiled serial: a parameter update is memory-bound and
 takes well under a millisecond even for the 400k weights of the MNIST CNN's
-first linear layer, less than waking the OpenMP pool would save. Updates happen in place; ``grad`` is
-only read. No kernel allocates or needs a workspace beyond the optimiser state
+first linear layer, less than waking the OpenMP pool would save. Updates happen
+in place; ``grad`` is only read. No kernel allocates or needs a workspace beyond the optimiser state
 (``buf`` for SGD momentum, ``m`` and ``v`` for Adam), which the caller owns and
 zeroes before the first step.
 """
@@ -29,7 +29,8 @@ check = njit(cache=True)(_check)
 
 def _sgd_update(param, grad, buf, lr, momentum, dampening, weight_decay, nesterov):
     """SINGA SGD: g = grad + wd*param; if momentum: buf = momentum*buf + (1-dampening)*g,
-    g = g + momentum*buf (nesterov) or buf; param -= lr*g. Updates param (and buf); grad unchanged."""
+    g = g + momentum*buf (nesterov) or buf; param -= lr*g.
+    Updates param (and buf); grad unchanged."""
     check(param, grad)
     if momentum != 0:
         check(param, buf)
@@ -53,8 +54,8 @@ def _adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step):
     check(param, v)
     if step < 1:
         raise ValueError("adam_update: step counts from 1")
-    c1 = 1.0 - beta1 ** step
-    c2 = 1.0 - beta2 ** step
+    c1 = 1.0 - beta1**step
+    c2 = 1.0 - beta2**step
     for i in prange(param.size):
         g = grad[i] + weight_decay * param[i]
         mi = beta1 * m[i] + (1.0 - beta1) * g

@@ -27,8 +27,11 @@ from ._jit import njit
 from ._window import valid_range, window_output_size
 
 __all__ = [
-    "pool2d_output_shape", "maxpool2d_forward", "maxpool2d_backward",
-    "avgpool2d_forward", "avgpool2d_backward",
+    "pool2d_output_shape",
+    "maxpool2d_forward",
+    "maxpool2d_backward",
+    "avgpool2d_forward",
+    "avgpool2d_backward",
 ]
 
 
@@ -39,10 +42,12 @@ _u = np.uint64
 
 
 def pool2d_output_shape(n, c, h, w, kh, kw, sh, sw, ph, pw):
-    """(n, c, oh, ow) with oh = (h+2ph-kh)//sh+1, ow = (w+2pw-kw)//sw+1; requires ph < kh, pw < kw. Plain Python."""
+    """(n, c, oh, ow) with oh = (h+2ph-kh)//sh+1, ow = (w+2pw-kw)//sw+1;
+    requires ph < kh, pw < kw. Plain Python."""
     if ph >= kh or pw >= kw:
         raise ValueError(
-            f"pool2d: padding must be smaller than the window (ph < kh, pw < kw); got ph={ph}, kh={kh}, pw={pw}, kw={kw}"
+            "pool2d: padding must be smaller than the window (ph < kh, pw < kw); "
+            f"got ph={ph}, kh={kh}, pw={pw}, kw={kw}"
         )
     return (n, c, window_output_size(h, kh, sh, ph), window_output_size(w, kw, sw, pw))
 
@@ -53,7 +58,14 @@ def _check_pool(y, x, kh, kw, sh, sw, ph, pw):
     n, c, h, w = x.shape
     oh = (h + 2 * ph - kh) // sh + 1
     ow = (w + 2 * pw - kw) // sw + 1
-    if y.shape[0] != n or y.shape[1] != c or y.shape[2] != oh or y.shape[3] != ow or oh < 1 or ow < 1:
+    if (
+        y.shape[0] != n
+        or y.shape[1] != c
+        or y.shape[2] != oh
+        or y.shape[3] != ow
+        or oh < 1
+        or ow < 1
+    ):
         raise ValueError("pool2d: y must have shape pool2d_output_shape(x.shape, ...)")
 
 
@@ -61,7 +73,8 @@ check_pool = njit(cache=True)(_check_pool)
 
 
 def _maxpool2d_forward(y, argmax, x, kh, kw, sh, sw, ph, pw):
-    """y[n,c,i,j] = max over the window (padding = -inf); argmax = flat in-plane index of it. Writes y, argmax."""
+    """y[n,c,i,j] = max over the window (padding = -inf); argmax = flat in-plane index of it.
+    Writes y, argmax."""
     check_pool(y, x, kh, kw, sh, sw, ph, pw)
     if argmax.shape != y.shape:
         raise ValueError("maxpool2d_forward: argmax must have the shape of y")
@@ -91,9 +104,12 @@ def _maxpool2d_forward(y, argmax, x, kh, kw, sh, sw, ph, pw):
 
 
 def _maxpool2d_backward(dx, dy, argmax):
-    """dx = 0, then dx[n,c].flat[argmax[n,c,i,j]] += dy[n,c,i,j]. Overwrites dx; parallel over (n,c)."""
+    """dx = 0, then dx[n,c].flat[argmax[n,c,i,j]] += dy[n,c,i,j].
+    Overwrites dx; parallel over (n,c)."""
     if dy.shape != argmax.shape or dx.shape[0] != dy.shape[0] or dx.shape[1] != dy.shape[1]:
-        raise ValueError("maxpool2d_backward: dy and argmax must agree, and dx must have the same N, C")
+        raise ValueError(
+            "maxpool2d_backward: dy and argmax must agree, and dx must have the same N, C"
+        )
     n, c, h, w = dx.shape
     oh, ow = dy.shape[2], dy.shape[3]
     for t in prange(n * c):
@@ -108,7 +124,8 @@ def _maxpool2d_backward(dx, dy, argmax):
 
 
 def _avgpool2d_forward(y, x, kh, kw, sh, sw, ph, pw):
-    """y[n,c,i,j] = (sum of the window, padding counted as 0) / (kh*kw). Writes y; parallel over (n,c)."""
+    """y[n,c,i,j] = (sum of the window, padding counted as 0) / (kh*kw).
+    Writes y; parallel over (n,c)."""
     check_pool(y, x, kh, kw, sh, sw, ph, pw)
     n, c, h, w = x.shape
     oh, ow = y.shape[2], y.shape[3]
@@ -132,7 +149,8 @@ def _avgpool2d_forward(y, x, kh, kw, sh, sw, ph, pw):
 
 
 def _avgpool2d_backward(dx, dy, kh, kw, sh, sw, ph, pw):
-    """dx[n,c,u,v] = sum over windows containing (u,v) of dy[n,c,i,j] / (kh*kw). Overwrites dx; parallel over (n,c)."""
+    """dx[n,c,u,v] = sum over windows containing (u,v) of dy[n,c,i,j] / (kh*kw).
+    Overwrites dx; parallel over (n,c)."""
     check_pool(dy, dx, kh, kw, sh, sw, ph, pw)
     n, c, h, w = dx.shape
     oh, ow = dy.shape[2], dy.shape[3]

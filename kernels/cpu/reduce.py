@@ -19,7 +19,8 @@ __all__ = ["sum_rows", "bias_grad_nchw"]
 
 
 def _sum_rows(out, x):
-    """out[f] = sum_n x[n, f] for x (N, F), out (F,) (bias gradient of a linear layer). Overwrites out."""
+    """out[f] = sum_n x[n, f] for x (N, F), out (F,) (bias gradient of a linear layer).
+    Overwrites out."""
     nrow, ncol = x.shape
     if out.shape[0] != ncol:
         raise ValueError("sum_rows: out must have shape (x.shape[1],)")

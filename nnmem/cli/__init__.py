@@ -5,6 +5,7 @@ A mistake a user can make (a bad flag, a missing file, a pool too small, a run t
 is answered without a traceback: one line saying what is wrong and how to fix it, or, for an
 out-of-memory error, the pool's report and the --pool value that fits.
 """
+
 import argparse
 import sys
 

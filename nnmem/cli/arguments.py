@@ -4,6 +4,7 @@ runs, in argparse's own words (``nnmem train: error: argument --batch-size/--bat
 Each function is an argparse ``type=``: it turns the text into a value or raises
 ArgumentTypeError, whose message argparse prints after the flag's name.
 """
+
 import argparse
 import math
 
@@ -53,8 +54,9 @@ def momentum(text):
     without bound."""
     value = _number(float, text, "a number, e.g. 0.9")
     if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1 (0.9 is usual), "
-                                         f"got {text}")
+        raise argparse.ArgumentTypeError(
+            f"must be at least 0 and below 1 (0.9 is usual), got {text}"
+        )
     return value
 
 
@@ -76,8 +78,10 @@ def sample_shape(text):
     except ValueError:
         shape = ()
     if not shape or min(shape) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: write one sample's shape as positive sizes "
-                                         "joined by x, e.g. 3x224x224 or 784")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write one sample's shape as positive sizes "
+            "joined by x, e.g. 3x224x224 or 784"
+        )
     return shape
 
 

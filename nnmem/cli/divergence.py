@@ -6,6 +6,7 @@ therefore keeps a host copy of the model's states from before each step (StateCo
 back when the loss is not finite, and runs that batch's forward pass again, eagerly, checking
 every layer's output as it is produced (first_nonfinite_layer).
 """
+
 import numpy as np
 
 from nnmem.layer import Layer

@@ -8,6 +8,7 @@ peak happens and the extra recomputed operations; with --budget, which fit; with
 Without --input and --batch-size it plans the step that ``nnmem train`` runs for the same
 --model: a batch of 64 of the shipped digits (1x28x28).
 """
+
 import functools
 
 from nnmem.cli.arguments import UsageError, byte_size, positive_float, positive_int, sample_shape
@@ -33,35 +34,58 @@ def add_parser(commands):
     p = commands.add_parser("plan", help="plan a training step's memory on shapes alone")
     p.add_argument("--model", default="resnet", help=f"one of {', '.join(sorted(MODELS))}")
     p.add_argument("--depth", type=positive_int, default=20, help="ResNet depth")
-    p.add_argument("--stem", default=None, choices=["cifar", "imagenet"],
-                   help="ResNet stem (default: imagenet for inputs of 64 pixels or more)")
+    p.add_argument(
+        "--stem",
+        default=None,
+        choices=["cifar", "imagenet"],
+        help="ResNet stem (default: imagenet for inputs of 64 pixels or more)",
+    )
     p.add_argument("--block", default=None, choices=["basic", "bottleneck"])
     p.add_argument("--width", type=positive_float, default=1.0, help="channel multiplier")
     p.add_argument("--num-classes", type=positive_int, default=None)
-    p.add_argument("--batch-size", "--batch", type=positive_int, default=DEFAULT_BATCH,
-                   help=f"samples per batch (default {DEFAULT_BATCH}, as nnmem train)")
-    p.add_argument("--input", type=sample_shape, default=None,
-                   help="one sample's shape, e.g. 3x224x224 (default: what nnmem train feeds "
-                        "the model, 1x28x28; 3x227x227 for alexnet, 3x224x224 for vgg16)")
-    p.add_argument("--recompute", default="cost-aware",
-                   choices=["speed", "memory", "cost-aware"])
-    p.add_argument("--budget", type=byte_size, default=None,
-                   help="memory available, e.g. 12GiB, 512MiB, bytes")
+    p.add_argument(
+        "--batch-size",
+        "--batch",
+        type=positive_int,
+        default=DEFAULT_BATCH,
+        help=f"samples per batch (default {DEFAULT_BATCH}, as nnmem train)",
+    )
+    p.add_argument(
+        "--input",
+        type=sample_shape,
+        default=None,
+        help="one sample's shape, e.g. 3x224x224 (default: what nnmem train feeds "
+        "the model, 1x28x28; 3x227x227 for alexnet, 3x224x224 for vgg16)",
+    )
+    p.add_argument("--recompute", default="cost-aware", choices=["speed", "memory", "cost-aware"])
+    p.add_argument(
+        "--budget", type=byte_size, default=None, help="memory available, e.g. 12GiB, 512MiB, bytes"
+    )
     search = p.add_mutually_exclusive_group()
-    search.add_argument("--find-depth", action="store_true",
-                        help=f"the deepest ResNet that fits the budget (up to {MAX_SEARCH_DEPTH})")
-    search.add_argument("--find-batch", action="store_true",
-                        help=f"the largest batch that fits the budget (up to {MAX_SEARCH_BATCH})")
+    search.add_argument(
+        "--find-depth",
+        action="store_true",
+        help=f"the deepest ResNet that fits the budget (up to {MAX_SEARCH_DEPTH})",
+    )
+    search.add_argument(
+        "--find-batch",
+        action="store_true",
+        help=f"the largest batch that fits the budget (up to {MAX_SEARCH_BATCH})",
+    )
     p.set_defaults(run=run)
 
 
 def run(args):
     if args.model not in MODELS:
-        raise UsageError(f"argument --model: unknown model {args.model!r}; choose one of "
-                         f"{', '.join(sorted(MODELS))}")
+        raise UsageError(
+            f"argument --model: unknown model {args.model!r}; choose one of "
+            f"{', '.join(sorted(MODELS))}"
+        )
     if (args.find_depth or args.find_batch) and args.budget is None:
-        raise UsageError("--find-depth and --find-batch search against a memory budget: "
-                         "add --budget, e.g. --budget 12GiB")
+        raise UsageError(
+            "--find-depth and --find-batch search against a memory budget: "
+            "add --budget, e.g. --budget 12GiB"
+        )
     if args.find_depth and args.model != "resnet":
         raise UsageError("argument --find-depth: it searches ResNet depths; use --model resnet")
     sample = args.input or PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE)
@@ -79,8 +103,7 @@ def run(args):
 
 def find_depth(args, planned, depths):
     """Print and return the deepest of `depths` that fits --budget (None if none does)."""
-    depth = largest_fitting(lambda d: planned(args.batch_size, d).best().fits(args.budget),
-                            depths)
+    depth = largest_fitting(lambda d: planned(args.batch_size, d).best().fits(args.budget), depths)
     print(f"deepest ResNet that fits {format_bytes(args.budget)}: {_found(depth, depths)}")
     return depth
 
@@ -108,8 +131,13 @@ def _stem(args, sample):
 
 
 def _model(args, sample, depth):
-    kwargs = dict(depth=depth, stem=_stem(args, sample), block=args.block, width=args.width,
-                  num_channels=sample[0])
+    kwargs = dict(
+        depth=depth,
+        stem=_stem(args, sample),
+        block=args.block,
+        width=args.width,
+        num_channels=sample[0],
+    )
     if args.num_classes:
         kwargs["num_classes"] = args.num_classes
     return create_model(args.model, **kwargs)
@@ -121,19 +149,27 @@ def _plan(args, sample, batch, depth):
 
 def print_plan(step, budget):
     shape = "x".join(map(str, step.input_shape))
-    print(f"{step.model}, input {shape}: {step.nodes} recorded operations; parameters, optimizer "
-          f"state, inputs and results {format_bytes(step.persistent_bytes)}")
-    print(f"  {'technique':22} {'peak':>11} {'lower bound':>12} {'live at peak':>12}  "
-          f"{'extra ops':>9}  peak at")
+    print(
+        f"{step.model}, input {shape}: {step.nodes} recorded operations; parameters, optimizer "
+        f"state, inputs and results {format_bytes(step.persistent_bytes)}"
+    )
+    print(
+        f"  {'technique':22} {'peak':>11} {'lower bound':>12} {'live at peak':>12}  "
+        f"{'extra ops':>9}  peak at"
+    )
     for t in step.techniques:
         fits = "" if budget is None else ("  fits" if t.fits(budget) else "  does not fit")
-        print(f"  {t.technique:22} {format_bytes(t.peak_bytes):>11} "
-              f"{format_bytes(t.lower_bound_bytes):>12} {t.live_tensors_at_peak:>12}  "
-              f"{t.recomputations:>9}  {t.peak_operation}{fits}")
+        print(
+            f"  {t.technique:22} {format_bytes(t.peak_bytes):>11} "
+            f"{format_bytes(t.lower_bound_bytes):>12} {t.live_tensors_at_peak:>12}  "
+            f"{t.recomputations:>9}  {t.peak_operation}{fits}"
+        )
     if budget is not None and not any(t.fits(budget) for t in step.techniques):
         best = step.best()
-        print(f"no technique fits {format_bytes(budget)}: the smallest peak reachable is "
-              f"{format_bytes(best.peak_bytes)} ({best.technique}), set by {best.peak_operation}")
+        print(
+            f"no technique fits {format_bytes(budget)}: the smallest peak reachable is "
+            f"{format_bytes(best.peak_bytes)} ({best.technique}), set by {best.peak_operation}"
+        )
 
 
 def valid_depths(args, sample):

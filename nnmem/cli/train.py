@@ -1,5 +1,6 @@
 """nnmem train: train a zoo model on a data set and report, per epoch, the loss, the test
 accuracy, images per second and the pool's peak memory."""
+
 import functools
 import itertools
 import json
@@ -15,22 +16,27 @@ from nnmem.cli import arguments
 from nnmem.cli.arguments import UsageError
 from nnmem.cli.divergence import StateCopy, first_nonfinite_layer
 from nnmem.data import iterate_batches, load
+from nnmem.measure import measure_step
 from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.memory.timeline import plot_timelines
 from nnmem.models import MODELS, create_model
 from nnmem.planning import smallest_pool
-from nnmem.measure import measure_step
 
 DEFAULT_DATA = "digits"
 DEFAULT_BATCH = 64
 
 
 def add_parser(commands):
-    p = commands.add_parser("train", help="train a model (default: the SINGA CNN on the "
-                                          "embedded digits)")
+    p = commands.add_parser(
+        "train", help="train a model (default: the SINGA CNN on the embedded digits)"
+    )
     p.add_argument("--model", default="cnn", choices=sorted(MODELS))
-    p.add_argument("--depth", type=arguments.positive_int, default=20,
-                   help="ResNet depth (CIFAR: 6n+2 or 9n+2)")
+    p.add_argument(
+        "--depth",
+        type=arguments.positive_int,
+        default=20,
+        help="ResNet depth (CIFAR: 6n+2 or 9n+2)",
+    )
     p.add_argument("--data", default=DEFAULT_DATA, help="digits, mnist:DIR or cifar10:DIR")
     p.add_argument("--epochs", type=arguments.positive_int, default=10)
     p.add_argument("--batch-size", "--batch", type=arguments.positive_int, default=DEFAULT_BATCH)
@@ -38,25 +44,39 @@ def add_parser(commands):
     p.add_argument("--momentum", type=arguments.momentum, default=0.9)
     p.add_argument("--weight-decay", type=arguments.non_negative_float, default=1e-5)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--pool", type=arguments.byte_size, default=None,
-                   help="pool size, e.g. 512MiB (default 2GiB)")
+    p.add_argument(
+        "--pool",
+        type=arguments.byte_size,
+        default=None,
+        help="pool size, e.g. 512MiB (default 2GiB)",
+    )
     p.add_argument("--no-graph", action="store_true", help="run every step eagerly")
     p.add_argument("--seed", type=arguments.non_negative_int, default=0)
-    p.add_argument("--max-batches", type=arguments.positive_int, default=None,
-                   help="stop each epoch after this many batches (quick runs)")
-    p.add_argument("--timeline", metavar="PNG", default=None,
-                   help="before training, plot one step's memory (no recycling, eager, graph) "
-                        "with the lower bound to this PNG file, and write the data beside it "
-                        "as JSON (same name, .json)")
+    p.add_argument(
+        "--max-batches",
+        type=arguments.positive_int,
+        default=None,
+        help="stop each epoch after this many batches (quick runs)",
+    )
+    p.add_argument(
+        "--timeline",
+        metavar="PNG",
+        default=None,
+        help="before training, plot one step's memory (no recycling, eager, graph) "
+        "with the lower bound to this PNG file, and write the data beside it "
+        "as JSON (same name, .json)",
+    )
     p.set_defaults(run=run)
 
 
 def run(args):
     x_train, y_train, x_test, y_test = load(args.data)
     if args.batch_size > len(x_train):
-        raise UsageError(f"argument --batch-size/--batch: {args.batch_size} is more than the "
-                         f"{len(x_train)} training images of {args.data}; use at most "
-                         f"{len(x_train)}")
+        raise UsageError(
+            f"argument --batch-size/--batch: {args.batch_size} is more than the "
+            f"{len(x_train)} training images of {args.data}; use at most "
+            f"{len(x_train)}"
+        )
     num_classes = int(max(y_train.max(), y_test.max())) + 1
     dev = create_device(args)
     try:
@@ -77,14 +97,16 @@ def create_device(args):
     try:
         return device.create_cuda_gpu()
     except device.DeviceUnavailable as e:
-        raise UsageError(f"argument --device: cuda is not available ({e}); use --device cpu") \
-            from None
+        raise UsageError(
+            f"argument --device: cuda is not available ({e}); use --device cpu"
+        ) from None
 
 
 def make_model(args, num_classes, num_channels):
     """The model the flags describe (new, uninitialised)."""
-    return create_model(args.model, num_classes=num_classes, num_channels=num_channels,
-                        depth=args.depth)
+    return create_model(
+        args.model, num_classes=num_classes, num_channels=num_channels, depth=args.depth
+    )
 
 
 def make_optimizer(args):
@@ -101,9 +123,11 @@ def train(args, dev, data, num_classes):
     tx = tensor.PlaceHolder((batch,) + x_train.shape[1:], dev)
     ty = tensor.PlaceHolder((batch,), dev, tensor.int32)
     model.compile([tx], is_train=True, use_graph=not args.no_graph, sequential=False)
-    print(f"{args.model} on {args.data}: {len(x_train)} training / {len(x_test)} test images "
-          f"{x_train.shape[1:]}, {sum(p.size() for p in model.get_params().values()):,} "
-          f"parameters, batch {batch}, pool {format_bytes(dev.pool.capacity)}")
+    print(
+        f"{args.model} on {args.data}: {len(x_train)} training / {len(x_test)} test images "
+        f"{x_train.shape[1:]}, {sum(p.size() for p in model.get_params().values()):,} "
+        f"parameters, batch {batch}, pool {format_bytes(dev.pool.capacity)}"
+    )
     if args.timeline:
         plot_step_timelines(args, x_train[:batch], y_train[:batch], num_classes)
     steps = len(x_train) // batch
@@ -117,20 +141,28 @@ def train(args, dev, data, num_classes):
         seconds = time.perf_counter() - start
         peak = dev.memory_stats()["allocated_bytes.peak"]
         accuracy = evaluate(model, tx, x_test, y_test)
-        print(f"epoch {epoch + 1}: loss {np.mean(losses):.4f}  test accuracy {accuracy:.4f}  "
-              f"{steps * batch / seconds:.0f} images/s  peak pool memory {format_bytes(peak)}")
+        print(
+            f"epoch {epoch + 1}: loss {np.mean(losses):.4f}  test accuracy {accuracy:.4f}  "
+            f"{steps * batch / seconds:.0f} images/s  peak pool memory {format_bytes(peak)}"
+        )
 
 
 def train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps):
     """Train on `steps` shuffled batches, copied into tx and ty; return their losses. A loss
     that is NaN or Inf stops the run (see diverged)."""
     model.train()
-    batches = iterate_batches(x_train, y_train, args.batch_size, seed=args.seed, drop_last=True,
-                              epoch=epoch)
+    batches = iterate_batches(
+        x_train, y_train, args.batch_size, seed=args.seed, drop_last=True, epoch=epoch
+    )
     losses = []
     # disable=None: a bar on a terminal only, none in a log file or a captured stream.
-    with tqdm(total=steps, desc=f"epoch {epoch + 1}/{args.epochs}", unit="batch", leave=False,
-              disable=None) as bar:
+    with tqdm(
+        total=steps,
+        desc=f"epoch {epoch + 1}/{args.epochs}",
+        unit="batch",
+        leave=False,
+        disable=None,
+    ) as bar:
         for step, (x, y) in enumerate(itertools.islice(batches, steps)):
             tx.copy_from_numpy(x)
             ty.copy_from_numpy(y)
@@ -151,48 +183,72 @@ def diverged(args, model, before_step, tx, x, loss, epoch, step):
     where = f"the loss is {loss} at epoch {epoch + 1}, batch {step + 1}"
     before_step.restore()
     if not np.isfinite(x).all():
-        return FloatingPointError(f"{where}: the input batch itself holds NaN or Inf values; "
-                                  f"check the data set ({args.data})")
+        return FloatingPointError(
+            f"{where}: the input batch itself holds NaN or Inf values; "
+            f"check the data set ({args.data})"
+        )
     try:
         layer = first_nonfinite_layer(model, tx)
     except OutOfMemory:
         layer = "unknown (the pool has no room to run the forward pass again)"
     finally:
         before_step.restore()  # the pass moved BatchNorm's running statistics
-    culprit = (f"the first layer whose output is not finite is {layer}" if layer else
-               "every layer's output is finite, the loss itself is not")
-    return FloatingPointError(f"{where}, and {culprit}: the run diverged; lower --lr "
-                              f"(now {args.lr:g})")
+    culprit = (
+        f"the first layer whose output is not finite is {layer}"
+        if layer
+        else "every layer's output is finite, the loss itself is not"
+    )
+    return FloatingPointError(
+        f"{where}, and {culprit}: the run diverged; lower --lr (now {args.lr:g})"
+    )
 
 
 def pool_hint(args, sample, num_classes):
     """The note an out-of-memory error gets on the command line: a pool this run fits in, as a
     --pool value, measured on a planning device (every allocation, no kernel)."""
-    needed = smallest_pool(make_model(args, num_classes, sample[0]),
-                           (args.batch_size,) + sample, use_graph=not args.no_graph,
-                           optimizer=make_optimizer(args))
+    needed = smallest_pool(
+        make_model(args, num_classes, sample[0]),
+        (args.batch_size,) + sample,
+        use_graph=not args.no_graph,
+        optimizer=make_optimizer(args),
+    )
     mib = math.ceil(needed / 2**20)
-    return (f"nnmem train: {args.model} at batch {args.batch_size} fits in a pool of "
-            f"{format_bytes(needed)} ({needed} bytes): rerun with --pool {mib}MiB, or with a "
-            "smaller --batch-size")
+    return (
+        f"nnmem train: {args.model} at batch {args.batch_size} fits in a pool of "
+        f"{format_bytes(needed)} ({needed} bytes): rerun with --pool {mib}MiB, or with a "
+        "smaller --batch-size"
+    )
 
 
 def plot_step_timelines(args, x, y, num_classes):
     """Measure one step three ways on throwaway copies of the model, and plot them."""
-    timelines, plan = measure_step(functools.partial(make_model, args, num_classes, x.shape[1]),
-                                     x, y, args.pool, args.seed)
+    timelines, plan = measure_step(
+        functools.partial(make_model, args, num_classes, x.shape[1]), x, y, args.pool, args.seed
+    )
     for t in timelines.values():
         position, name = t.peak_step()
         print(f"  {t.label:13} peak {format_bytes(t.peak):>10} at step {position} ({name})")
-    print(f"  static plan: arena {format_bytes(plan['arena_bytes'])}, lower bound "
-          f"{format_bytes(plan['lower_bound_bytes'])}")
+    print(
+        f"  static plan: arena {format_bytes(plan['arena_bytes'])}, lower bound "
+        f"{format_bytes(plan['lower_bound_bytes'])}"
+    )
     bound = plan["persistent_bytes"] + plan["lower_bound_bytes"]
-    plot_timelines(list(timelines.values()), args.timeline, lower_bound=bound,
-                   title=f"{args.model}, batch {len(x)}: memory during one training step")
+    plot_timelines(
+        list(timelines.values()),
+        args.timeline,
+        lower_bound=bound,
+        title=f"{args.model}, batch {len(x)}: memory during one training step",
+    )
     data_path = os.path.splitext(args.timeline)[0] + ".json"
     with open(data_path, "w") as f:
-        json.dump({"lower_bound_bytes": bound, "plan": plan,
-                   "timelines": [t.as_dict() for t in timelines.values()]}, f)
+        json.dump(
+            {
+                "lower_bound_bytes": bound,
+                "plan": plan,
+                "timelines": [t.as_dict() for t in timelines.values()],
+            },
+            f,
+        )
     print(f"  timeline written to {args.timeline} (data: {data_path})")
 
 
@@ -205,9 +261,9 @@ def evaluate(model, tx, x, y):
     batch = tx.shape[0]
     correct = 0
     for start in range(0, len(y), batch):
-        xb, yb = x[start:start + batch], y[start:start + batch]
+        xb, yb = x[start : start + batch], y[start : start + batch]
         tx.copy_from_numpy(_pad(xb, batch))
-        logits = tensor.to_numpy(model(tx))[:len(yb)]
+        logits = tensor.to_numpy(model(tx))[: len(yb)]
         correct += int((logits.argmax(axis=1) == yb).sum())
     return correct / len(y)
 

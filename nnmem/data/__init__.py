@@ -52,7 +52,10 @@ def load(name_or_spec: str):
     malformed files raise DataFormatError.
     """
     if not isinstance(name_or_spec, str):
-        raise ValueError(f"data set spec must be a string, got {type(name_or_spec).__name__}; accepted: {_ACCEPTED}")
+        raise ValueError(
+            f"data set spec must be a string, got {type(name_or_spec).__name__}; "
+            f"accepted: {_ACCEPTED}"
+        )
     spec = name_or_spec.strip()
     name, sep, directory = spec.partition(":")
     name = name.strip().lower()
@@ -60,7 +63,10 @@ def load(name_or_spec: str):
         return load_digits()
     if name in ("mnist", "cifar10") and sep:
         if not directory:
-            raise ValueError(f"data set spec {name_or_spec!r} names no directory after ':'; accepted: {_ACCEPTED}")
+            raise ValueError(
+                f"data set spec {name_or_spec!r} names no directory after ':'; "
+                f"accepted: {_ACCEPTED}"
+            )
         if name == "mnist":
             x_train, y_train = load_mnist(directory, "train")
             x_test, y_test = load_mnist(directory, "t10k")

@@ -1,4 +1,5 @@
-"""Small array helpers for training loops: one-hot labels, mini-batches, per-channel normalisation."""
+"""Small array helpers for training loops: one-hot labels, mini-batches,
+per-channel normalisation."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def one_hot(labels, num_classes: int, dtype=np.int32) -> np.ndarray:
         position = where[0] if len(where) == 1 else where
         raise ValueError(
             f"one_hot: label {int(labels[where])} at index {position} is out of range "
-            f"0..{num_classes - 1} for num_classes={num_classes} ({_plural(int(bad.sum()), 'label')} out of range in all)"
+            f"0..{num_classes - 1} for num_classes={num_classes} "
+            f"({_plural(int(bad.sum()), 'label')} out of range in all)"
         )
     out = np.zeros(labels.shape + (num_classes,), dtype=dtype)
     np.put_along_axis(out, labels.astype(np.intp)[..., None], 1, axis=-1)
@@ -72,7 +74,11 @@ def iterate_batches(
     n = x.shape[0]
     if y.shape[0] != n:
         raise ValueError(f"iterate_batches: x has {n} samples but y has {y.shape[0]}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, (int, np.integer))
+        or batch_size < 1
+    ):
         raise ValueError(f"iterate_batches: batch_size must be a positive int, got {batch_size!r}")
     order = np.random.default_rng([int(seed), int(epoch)]).permutation(n) if shuffle else None
     return _batches(x, y, int(batch_size), order, drop_last)
@@ -108,7 +114,10 @@ def normalize(x, mean, std) -> np.ndarray:
     for name, value in (("mean", mean), ("std", std)):
         v = np.asarray(value, dtype=np.float32).reshape(-1)
         if v.size not in (1, channels):
-            raise ValueError(f"normalize: {name} needs 1 or {channels} values (x has {channels} channels), got {v.size}")
+            raise ValueError(
+                f"normalize: {name} needs 1 or {channels} values "
+                f"(x has {channels} channels), got {v.size}"
+            )
         stats.append(v.reshape((1, -1) + (1,) * (x.ndim - 2)))
     m, s = stats
     if np.any(s <= 0) or not np.all(np.isfinite(s)):

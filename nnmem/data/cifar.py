@@ -22,13 +22,26 @@ from .errors import _format_error, _plural
 __all__ = ["read_cifar10_batch", "write_cifar10_batch", "load_cifar10", "CIFAR10_CLASSES"]
 
 #: Class names in label order.
-CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+CIFAR10_CLASSES = (
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
 
 _IMAGE_SHAPE = (3, 32, 32)
 _RECORD = 1 + 3 * 32 * 32  # 3073 bytes
 _TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
 _TEST_FILE = "test_batch.bin"
-_SOURCE = "the binary version from https://www.cs.toronto.edu/~kriz/cifar.html (cifar-10-binary.tar.gz)"
+_SOURCE = (
+    "the binary version from https://www.cs.toronto.edu/~kriz/cifar.html (cifar-10-binary.tar.gz)"
+)
 
 
 def read_cifar10_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
@@ -71,13 +84,15 @@ def _not_a_batch(path, size: int):
     return _format_error(
         path,
         f"not a CIFAR-10 binary batch: {problem}.",
-        f"use {_SOURCE}, not the Python-pickle or MATLAB versions, and download it again if the file "
-        "was cut short; CIFAR-100 binary files (3074-byte records) are a different format.",
+        f"use {_SOURCE}, not the Python-pickle or MATLAB versions, "
+        "and download it again if the file was cut short; "
+        "CIFAR-100 binary files (3074-byte records) are a different format.",
     )
 
 
 def write_cifar10_batch(path: str | os.PathLike, x, y) -> str:
-    """Write images and labels as a CIFAR-10 binary batch file (the inverse of :func:`read_cifar10_batch`).
+    """Write images and labels as a CIFAR-10 binary batch file
+    (the inverse of :func:`read_cifar10_batch`).
 
     x: uint8 (N, 3, 32, 32), channels R, G, B.
     y: integer labels (N,) in 0..9.
@@ -86,12 +101,19 @@ def write_cifar10_batch(path: str | os.PathLike, x, y) -> str:
     x = np.asarray(x)
     y = np.asarray(y)
     if x.dtype != np.uint8 or x.ndim != 4 or x.shape[1:] != _IMAGE_SHAPE:
-        raise ValueError(f"write_cifar10_batch: x must be uint8 (N, 3, 32, 32), got {x.dtype} {x.shape}")
+        raise ValueError(
+            f"write_cifar10_batch: x must be uint8 (N, 3, 32, 32), got {x.dtype} {x.shape}"
+        )
     if y.shape != (x.shape[0],) or not np.issubdtype(y.dtype, np.integer):
-        raise ValueError(f"write_cifar10_batch: y must be integer labels of shape ({x.shape[0]},), got {y.dtype} {y.shape}")
+        raise ValueError(
+            f"write_cifar10_batch: y must be integer labels of shape ({x.shape[0]},), "
+            f"got {y.dtype} {y.shape}"
+        )
     if y.size and (y.min() < 0 or y.max() > 9):
         bad = int(np.flatnonzero((y < 0) | (y > 9))[0])
-        raise ValueError(f"write_cifar10_batch: label {int(y[bad])} at index {bad} is out of range 0..9")
+        raise ValueError(
+            f"write_cifar10_batch: label {int(y[bad])} at index {bad} is out of range 0..9"
+        )
     records = np.empty((x.shape[0], _RECORD), dtype=np.uint8)
     records[:, 0] = y
     records[:, 1:] = x.reshape(x.shape[0], -1)
@@ -100,7 +122,9 @@ def write_cifar10_batch(path: str | os.PathLike, x, y) -> str:
     return os.fspath(path)
 
 
-def load_cifar10(directory: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def load_cifar10(
+    directory: str | os.PathLike,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Load CIFAR-10 from a ``cifar-10-batches-bin`` folder: (x_train, y_train, x_test, y_test).
 
     Reads those of ``data_batch_1.bin`` .. ``data_batch_5.bin`` that are present (at least
@@ -114,7 +138,11 @@ def load_cifar10(directory: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, 
     (naming the files looked for) or a file is malformed (see :func:`read_cifar10_batch`).
     """
     directory = os.fspath(directory)
-    train_paths = [os.path.join(directory, n) for n in _TRAIN_FILES if os.path.isfile(os.path.join(directory, n))]
+    train_paths = [
+        os.path.join(directory, n)
+        for n in _TRAIN_FILES
+        if os.path.isfile(os.path.join(directory, n))
+    ]
     test_path = os.path.join(directory, _TEST_FILE)
     missing = []
     if not train_paths:

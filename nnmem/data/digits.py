@@ -29,7 +29,8 @@ def _read_npz() -> tuple[np.ndarray, np.ndarray]:
 
 
 def digits_raw() -> tuple[np.ndarray, np.ndarray]:
-    """The shipped data as stored: (images uint8 (1797, 8, 8) values 0..16, labels uint8 (1797,) 0..9).
+    """The shipped data as stored:
+    (images uint8 (1797, 8, 8) values 0..16, labels uint8 (1797,) 0..9).
 
     The arrays are cached and read-only; copy them before changing them.
     """
@@ -37,7 +38,8 @@ def digits_raw() -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_digits(size: int = 28, test_fraction: float = 0.2, seed: int = 0):
-    """The 1797 UCI hand-written digits, scaled, resized and split: (x_train, y_train, x_test, y_test).
+    """The 1797 UCI hand-written digits, scaled, resized and split:
+    (x_train, y_train, x_test, y_test).
 
     size:          side of the square output images; 8 gives the original 8x8 images,
                    anything else is a bilinear resize (:func:`resize_bilinear`,

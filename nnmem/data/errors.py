@@ -17,7 +17,8 @@ class DataFormatError(ValueError):
 
 
 def _format_error(path: str | os.PathLike | None, problem: str, fix: str) -> DataFormatError:
-    """Build (not raise) a DataFormatError whose text is "<path>: <problem>\\nHow to fix it: <fix>"."""
+    """Build (not raise) a DataFormatError whose text is
+    "<path>: <problem>\\nHow to fix it: <fix>"."""
     where = f"{os.fspath(path)}: " if path is not None else ""
     return DataFormatError(f"{where}{problem}\nHow to fix it: {fix}")
 

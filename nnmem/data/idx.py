@@ -35,7 +35,14 @@ IDX_TYPES: dict[int, np.dtype] = {
     0x0D: np.dtype(">f4"),
     0x0E: np.dtype(">f8"),
 }
-_TYPE_NAMES = {0x08: "uint8", 0x09: "int8", 0x0B: "int16", 0x0C: "int32", 0x0D: "float32", 0x0E: "float64"}
+_TYPE_NAMES = {
+    0x08: "uint8",
+    0x09: "int8",
+    0x0B: "int16",
+    0x0C: "int32",
+    0x0D: "float32",
+    0x0E: "float64",
+}
 _CODE_OF = {np.dtype(name): code for code, name in _TYPE_NAMES.items()}
 _ACCEPTED_TYPES = ", ".join(f"0x{code:02X} ({name})" for code, name in _TYPE_NAMES.items())
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -96,9 +103,11 @@ def _read_idx_stream(path, stream, file_size: int, compressed: bool) -> np.ndarr
         raise _format_error(
             path,
             f"the header announces {described}, {expected} bytes of data, but this gzip file of "
-            f"{_plural(file_size, 'byte')} decompresses to at most {file_size * _DEFLATE_MAX_RATIO} bytes "
+            f"{_plural(file_size, 'byte')} decompresses to at most "
+            f"{file_size * _DEFLATE_MAX_RATIO} bytes "
             f"(deflate's maximum ratio is {_DEFLATE_MAX_RATIO}:1).",
-            _REFETCH + "; if you wrote the file yourself, check the dimensions written in its header.",
+            _REFETCH
+            + "; if you wrote the file yourself, check the dimensions written in its header.",
         )
     data = np.empty(expected, np.uint8)
     found = _read_into(stream, data)
@@ -126,13 +135,15 @@ def _read_idx_header(path, stream) -> tuple[int, tuple[int, ...], int]:
             f"not an IDX file: bad magic, the first bytes are {start.hex(' ')} but an IDX file "
             "starts with 00 00 <type> <ndim>.",
             "pass an MNIST IDX file such as train-images-idx3-ubyte or train-images-idx3-ubyte.gz; "
-            "this error is typical of a saved HTML error page or of another format (PNG, CSV, NumPy).",
+            "this error is typical of a saved HTML error page "
+            "or of another format (PNG, CSV, NumPy).",
         )
     code, ndim = start[2], start[3]
     if code not in IDX_TYPES:
         raise _format_error(
             path,
-            f"unknown IDX type code 0x{code:02X} in byte 2 of the header; the known codes are {_ACCEPTED_TYPES}.",
+            f"unknown IDX type code 0x{code:02X} in byte 2 of the header; "
+            f"the known codes are {_ACCEPTED_TYPES}.",
             _REFETCH + ", or convert the data to one of the known types.",
         )
     if ndim == 0:
@@ -209,7 +220,9 @@ def write_idx(path: str | os.PathLike, array, gzip: bool = False) -> str:
             f"{', '.join(_TYPE_NAMES.values())} (e.g. array.astype(np.uint8))"
         )
     if not 1 <= array.ndim <= 255:
-        raise ValueError(f"write_idx: IDX stores 1 to 255 dimensions, got an array of shape {array.shape}")
+        raise ValueError(
+            f"write_idx: IDX stores 1 to 255 dimensions, got an array of shape {array.shape}"
+        )
     if any(d >= 2**32 for d in array.shape):
         raise ValueError(f"write_idx: every dimension must be < 2**32, got shape {array.shape}")
     header = bytes([0, 0, code, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
@@ -263,7 +276,8 @@ def load_mnist(
         raise _format_error(
             directory,
             f"MNIST {kind} files not found{where}: looked for {looked}.",
-            f"put the MNIST files (from http://yann.lecun.com/exdb/mnist/ or a mirror) in {directory}, "
+            "put the MNIST files (from http://yann.lecun.com/exdb/mnist/ or a mirror) "
+            f"in {directory}, "
             "gzip-compressed or not, keeping their original names.",
         )
     images_path, labels_path = found
@@ -271,7 +285,8 @@ def load_mnist(
     if images.ndim != 3 or images.dtype != np.uint8:
         raise _format_error(
             images_path,
-            f"expected uint8 images of shape (N, H, W), found {images.dtype} of shape {images.shape}.",
+            "expected uint8 images of shape (N, H, W), "
+            f"found {images.dtype} of shape {images.shape}.",
             "check that this is an image file (...-images-idx3-ubyte) and not a label file.",
         )
     if labels.ndim != 1 or labels.dtype != np.uint8:
@@ -291,7 +306,8 @@ def load_mnist(
             directory,
             f"count mismatch: {os.path.basename(images_path)} holds {images.shape[0]} images but "
             f"{os.path.basename(labels_path)} holds {labels.shape[0]} labels.",
-            "use an image file and a label file of the same release and part (both train or both t10k); "
+            "use an image file and a label file of the same release and part "
+            "(both train or both t10k); "
             "download the one that is wrong again.",
         )
     _check_labels(labels_path, labels, num_classes)
@@ -304,7 +320,9 @@ def _check_labels(path, labels: np.ndarray, num_classes: int) -> None:
     """Every label is in 0..num_classes-1 (IDX labels are uint8, never negative)."""
     values, counts = np.unique(labels[labels >= num_classes], return_counts=True)
     if values.size:
-        listed = ", ".join(f"{int(v)} ({_plural(int(c), 'time')})" for v, c in zip(values[:5], counts[:5]))
+        listed = ", ".join(
+            f"{int(v)} ({_plural(int(c), 'time')})" for v, c in zip(values[:5], counts[:5])
+        )
         more = f" and {values.size - 5} other values" if values.size > 5 else ""
         raise _format_error(
             path,

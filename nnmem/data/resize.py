@@ -8,7 +8,8 @@ __all__ = ["resize_bilinear"]
 
 
 def _axis_weights(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each output position along one axis: (lower source index, upper source index, weight of upper).
+    """For each output position along one axis:
+    (lower source index, upper source index, weight of upper).
 
     align_corners=False: output pixel ``o`` has its centre at source coordinate
     ``(o + 0.5) * n_in / n_out - 0.5``, clamped to ``[0, n_in - 1]`` (edge pixels repeat).
@@ -44,7 +45,10 @@ def resize_bilinear(images, size) -> np.ndarray:
         if len(size) != 2:
             raise ValueError(f"size must be an int or a pair (out_h, out_w), got {size!r}")
         out_h, out_w = size
-    if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in (out_h, out_w)):
+    if not all(
+        isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1
+        for s in (out_h, out_w)
+    ):
         raise ValueError(f"size must be a positive int or a pair of positive ints, got {size!r}")
     in_h, in_w = images.shape[-2:]
     if in_h == 0 or in_w == 0:

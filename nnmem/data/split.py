@@ -9,7 +9,9 @@ import numpy as np
 __all__ = ["stratified_split"]
 
 
-def stratified_split(labels, test_fraction: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def stratified_split(
+    labels, test_fraction: float = 0.2, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Split sample indices into (train_idx, test_idx), keeping each class's share in both parts.
 
     labels:        1-D array of N class labels (any integer values).
@@ -31,7 +33,8 @@ def stratified_split(labels, test_fraction: float = 0.2, seed: int = 0) -> tuple
     if not 0.0 <= test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
     n = labels.shape[0]
-    # round() first so that float noise cannot add a sample: 0.1 * 30 = 3.0000000000000004 must give 3.
+    # round() first so that float noise cannot add a sample:
+    # 0.1 * 30 = 3.0000000000000004 must give 3.
     n_test = math.ceil(round(test_fraction * n, 9))
     classes, counts = np.unique(labels, return_counts=True)
     quota = n_test * counts / max(n, 1)
@@ -49,6 +52,8 @@ def stratified_split(labels, test_fraction: float = 0.2, seed: int = 0) -> tuple
         test_parts.append(members[:k])
         train_parts.append(members[k:])
     empty = np.empty(0, dtype=np.int64)
-    train_idx = rng.permutation(np.concatenate(train_parts) if train_parts else empty).astype(np.int64)
+    train_idx = rng.permutation(np.concatenate(train_parts) if train_parts else empty).astype(
+        np.int64
+    )
     test_idx = rng.permutation(np.concatenate(test_parts) if test_parts else empty).astype(np.int64)
     return train_idx, test_idx

@@ -15,18 +15,21 @@ Replaying then calls the kernel functions with their ready arrays, in order: no 
 operator code, no allocator call, no array construction. A Ctrl-C during the commit phase
 waits for its end, so a replay is either wholly applied or leaves the parameters untouched.
 """
+
 from nnmem.graph.liveness import END, INTERMEDIATE, block_kinds, storages
 from nnmem.graph.recompute import add_recomputation
 from nnmem.graph.schedule import dependencies, replay_order
 from nnmem.memory.layout import layout
-from nnmem.memory.units import aligned_size
 from nnmem.memory.timeline import Timeline
+from nnmem.memory.units import aligned_size
 
 
 class CompiledStep:
-    def __init__(self, device, recorder, inputs, result, sequential, label,
-                 recompute_strategy="none"):
+    def __init__(
+        self, device, recorder, inputs, result, sequential, label, recompute_strategy="none"
+    ):
         from nnmem.tensor import Tensor
+
         self.device, self.label = device, label
         self.recorded = recorder.nodes
         self.inputs = inputs
@@ -37,8 +40,9 @@ class CompiledStep:
         results = [b for k, b in self.blocks.items() if self.recorded_kinds[k] == END]
         for block in results:
             block.ensure_allocated()
-        self.held = recorder.held + [Tensor._on_block(b, (b.nbytes,), "uint8", device)
-                                     for b in results]
+        self.held = recorder.held + [
+            Tensor._on_block(b, (b.nbytes,), "uint8", device) for b in results
+        ]
         self.storages, self.layout = [], None
         self.recompute_strategy = recompute_strategy
         self.compile(sequential)
@@ -53,15 +57,17 @@ class CompiledStep:
 
         def round_up(n):
             return aligned_size(n, pool.alignment)
+
         strategy = self.recompute_strategy if recompute_strategy is None else recompute_strategy
-        nodes, recomputations = add_recomputation(self.recorded, self.recorded_kinds,
-                                                  strategy, round_up)
+        nodes, recomputations = add_recomputation(
+            self.recorded, self.recorded_kinds, strategy, round_up
+        )
         kinds, _ = block_kinds(nodes)
         order, commit_start = replay_order(nodes, sequential)
-        new_storages = storages(nodes, order, kinds, round_up=round_up,
-                                recycle=self.device.recycle)
-        new_layout = layout(sizes=[s.nbytes for s in new_storages],
-                        ranges=[(s.first, s.last) for s in new_storages])
+        new_storages = storages(nodes, order, kinds, round_up=round_up, recycle=self.device.recycle)
+        new_layout = layout(
+            sizes=[s.nbytes for s in new_storages], ranges=[(s.first, s.last) for s in new_storages]
+        )
         previous = {k: getattr(self, k, None) for k in self._COMPILED_STATE}
         arena.leave(self)
         stats = pool.stats()
@@ -81,12 +87,23 @@ class CompiledStep:
                 setattr(self, key, value)
             arena.join(self, self.layout.arena_bytes)
             raise
-        self.timeline = self._planned_timeline(self.persistent_bytes,
-                                               stats["active_blocks"] - in_arena)
+        self.timeline = self._planned_timeline(
+            self.persistent_bytes, stats["active_blocks"] - in_arena
+        )
 
     # What compile() replaces, and puts back if the new layout does not fit.
-    _COMPILED_STATE = ("sequential", "recompute_strategy", "recomputations", "nodes", "kinds", "order",
-                   "commit_start", "storages", "layout", "persistent_bytes")
+    _COMPILED_STATE = (
+        "sequential",
+        "recompute_strategy",
+        "recomputations",
+        "nodes",
+        "kinds",
+        "order",
+        "commit_start",
+        "storages",
+        "layout",
+        "persistent_bytes",
+    )
 
     def place(self, base):
         """Point the intermediate blocks at their offsets in the layout, from `base` (the arena's
@@ -97,9 +114,14 @@ class CompiledStep:
         if self.device.virtual:  # a planning device has no bytes to run on
             self.calls = []
             return
-        self.calls = [(self.nodes[i].name, self.nodes[i].fn,
-                       [spec.array() for spec in self.nodes[i].writes + self.nodes[i].reads])
-                      for i in self.order]
+        self.calls = [
+            (
+                self.nodes[i].name,
+                self.nodes[i].fn,
+                [spec.array() for spec in self.nodes[i].writes + self.nodes[i].reads],
+            )
+            for i in self.order
+        ]
 
     # -- replaying -------------------------------------------------------------------------
     def replay(self, inputs):
@@ -108,9 +130,9 @@ class CompiledStep:
             if given is not recorded and hasattr(given, "block") and not self.device.virtual:
                 given.block.check_written()
                 recorded.raw[...] = given.raw  # data enters through the recorded placeholders
-        self._run(self.calls[:self.commit_start])
+        self._run(self.calls[: self.commit_start])
         with self.device.commit_phase():
-            self._run(self.calls[self.commit_start:])
+            self._run(self.calls[self.commit_start :])
         return self.result
 
     def _run(self, calls):
@@ -128,14 +150,19 @@ class CompiledStep:
         that stay allocated outside the arena (parameters, optimizer state, inputs, results,
         and anything else in the pool), blocks, storages, in-place merges."""
         intermediates = sum(1 for k in self.kinds.values() if k == INTERMEDIATE)
-        return {"nodes": len(self.nodes), "order": "serial" if self.sequential else "bfs",
-                "recompute_strategy": self.recompute_strategy, "recomputations": self.recomputations,
-                "intermediate_blocks": intermediates, "storages": len(self.storages),
-                "inplace_merges": intermediates - len(self.storages),
-                "lower_bound_bytes": self.layout.lower_bound,
-                "persistent_bytes": self.persistent_bytes,
-                "arena_bytes": self.layout.arena_bytes,
-                "arena_over_lower_bound": self.layout.arena_bytes / max(self.layout.lower_bound, 1)}
+        return {
+            "nodes": len(self.nodes),
+            "order": "serial" if self.sequential else "bfs",
+            "recompute_strategy": self.recompute_strategy,
+            "recomputations": self.recomputations,
+            "intermediate_blocks": intermediates,
+            "storages": len(self.storages),
+            "inplace_merges": intermediates - len(self.storages),
+            "lower_bound_bytes": self.layout.lower_bound,
+            "persistent_bytes": self.persistent_bytes,
+            "arena_bytes": self.layout.arena_bytes,
+            "arena_over_lower_bound": self.layout.arena_bytes / max(self.layout.lower_bound, 1),
+        }
 
     def live_sets(self):
         """Per step of the replay order: (operation, in set, out set), the descriptions of the
@@ -162,8 +189,11 @@ class CompiledStep:
             key = id(spec.block)
             names.setdefault(key, f"b{len(names)}")
             return f"{names[key]}:{self.kinds[key][:5]}"
-        lines = [f"graph of {self.label}: {len(self.nodes)} nodes, {edges} edges, "
-                 f"{'serial' if self.sequential else 'BFS'} order"]
+
+        lines = [
+            f"graph of {self.label}: {len(self.nodes)} nodes, {edges} edges, "
+            f"{'serial' if self.sequential else 'BFS'} order"
+        ]
         for position, i in enumerate(self.order[:limit]):
             node = self.nodes[i]
             reads = " ".join(short(s) for s in node.reads)
@@ -190,5 +220,6 @@ class CompiledStep:
             bytes_in_use.append(b)
             live.append(c)
         names = [self.nodes[i].name for i in self.order]
-        return Timeline(f"graph ({'serial' if self.sequential else 'BFS'})", names,
-                        bytes_in_use, live)
+        return Timeline(
+            f"graph ({'serial' if self.sequential else 'BFS'})", names, bytes_in_use, live
+        )

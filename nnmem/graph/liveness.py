@@ -19,6 +19,7 @@ In-place (MXNet): when a node may write its output over an input (an elementwise
 the node is that input's last reader, the output is merged into the input's storage. Only
 then: reusing an input that a later node still reads is the in-place "trap".
 """
+
 INPUT, PARAMETER, INTERMEDIATE, END = "input", "parameter", "intermediate", "end"
 
 
@@ -45,6 +46,7 @@ def block_kinds(nodes):
 class Storage:
     """Memory for one or more blocks that never need it at the same time (in-place chains).
     `ranges` holds each block's own live range; first..last covers them all."""
+
     __slots__ = ("blocks", "ranges", "nbytes", "first", "last")
 
     def __init__(self, block, nbytes, first, last):
@@ -52,7 +54,9 @@ class Storage:
         self.nbytes, self.first, self.last = nbytes, first, last
 
     def __repr__(self):
-        return f"<Storage {self.nbytes} B, steps {self.first}..{self.last}, {len(self.blocks)} blocks>"
+        return (
+            f"<Storage {self.nbytes} B, steps {self.first}..{self.last}, {len(self.blocks)} blocks>"
+        )
 
 
 def storages(nodes, order, kinds, round_up, inplace=True, recycle=True):
@@ -76,11 +80,17 @@ def storages(nodes, order, kinds, round_up, inplace=True, recycle=True):
         if inplace and recycle:
             for out, inp in node.inplace:
                 ko, ki = id(out), id(inp)
-                if (kinds.get(ko) == INTERMEDIATE and kinds.get(ki) == INTERMEDIATE
-                        and ko not in storage_of and ko not in merged and ki in storage_of
-                        and last[ki] == position and first[ko] == position
-                        and ki not in merged.values()
-                        and round_up(out.nbytes) <= storage_of[ki].nbytes):
+                if (
+                    kinds.get(ko) == INTERMEDIATE
+                    and kinds.get(ki) == INTERMEDIATE
+                    and ko not in storage_of
+                    and ko not in merged
+                    and ki in storage_of
+                    and last[ki] == position
+                    and first[ko] == position
+                    and ki not in merged.values()
+                    and round_up(out.nbytes) <= storage_of[ki].nbytes
+                ):
                     merged[ko] = ki
         for block in node.blocks():
             key = id(block)

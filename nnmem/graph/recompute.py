@@ -25,6 +25,7 @@ The rewrite works on recorded nodes: a rebuilt tensor is a new block (a "shadow"
 copy of its producer, and the backward nodes read the shadow instead of the original. The
 copies compute exactly what the originals did, so recomputation changes no number.
 """
+
 from nnmem.graph.liveness import INTERMEDIATE, storages
 from nnmem.graph.recorder import ArraySpec, Node
 from nnmem.search import largest_fitting
@@ -65,7 +66,7 @@ def _rewrite(nodes, producer, rebuildable, keep):
     A rebuilt tensor whose id is in `keep` is kept for later backward nodes; the others are
     rebuilt again where needed. Returns (nodes, number of recomputed operations)."""
     out, count = [], 0
-    kept = {}        # block id -> rebuilt block, for kept tensors
+    kept = {}  # block id -> rebuilt block, for kept tensors
     previous = None  # index of the last original node: recomputations run after it
     for node in nodes:
         if node.phase == "forward":
@@ -132,9 +133,10 @@ def _affordable(nodes, kinds, producer, rebuildable, round_up):
     def within(count):
         trial, _ = _rewrite(nodes, producer, rebuildable, set(accepted[:count]))
         return max(_live_bytes(trial, kinds, round_up), default=0) <= peak
+
     if within(len(accepted)):  # the usual case: one check
         return set(accepted)
-    return set(accepted[:largest_fitting(within, range(len(accepted)))])
+    return set(accepted[: largest_fitting(within, range(len(accepted)))])
 
 
 def _live_bytes(nodes, kinds, round_up):
@@ -165,9 +167,13 @@ def _worth_rebuilding(nodes, forward, producer, readers, kinds):
     an in-place ReLU, a conv's output *is* the ReLU's output: rebuilding the ReLU would keep
     both). Dropping a candidate is undone until nothing changes.
     """
-    candidates = {id(s.block) for node in forward if node.rebuild is not None
-                  for s in _recipe(node)[1]
-                  if kinds.get(id(s.block)) == INTERMEDIATE and readers.get(id(s.block), 0) <= 1}
+    candidates = {
+        id(s.block)
+        for node in forward
+        if node.rebuild is not None
+        for s in _recipe(node)[1]
+        if kinds.get(id(s.block)) == INTERMEDIATE and readers.get(id(s.block), 0) <= 1
+    }
     read_in_backward = {id(s.block) for n in nodes if n.phase != "forward" for s in n.reads}
     changed = True
     while changed:
@@ -217,20 +223,43 @@ def _clone(node, index, shadows, rebuildable, after):
         shadows[id(block)] = type(block)(block.device, block.nbytes, f"{block.desc} (recomputed)")
     new_writes = _through(writes, shadows, lambda block: True)
     # In place only over a rebuilt input: a kept tensor is still needed later.
-    inplace = tuple((shadows[id(o)], shadows[id(i)]) for o, i in node.inplace
-                    if id(o) in shadows and id(i) in shadows and rebuildable(i))
-    return Node(index, f"{node.name} (recompute)", fn, new_writes, reads, inplace,
-                "recompute", None, () if after is None else (after,))
+    inplace = tuple(
+        (shadows[id(o)], shadows[id(i)])
+        for o, i in node.inplace
+        if id(o) in shadows and id(i) in shadows and rebuildable(i)
+    )
+    return Node(
+        index,
+        f"{node.name} (recompute)",
+        fn,
+        new_writes,
+        reads,
+        inplace,
+        "recompute",
+        None,
+        () if after is None else (after,),
+    )
 
 
 def _through(specs, shadows, rebuildable):
     """The specs with rebuilt blocks put in, each reader keeping its own view (shape)."""
-    return tuple(ArraySpec(shadows[id(s.block)], s.shape, s.dtype)
-                 if rebuildable(s.block) and id(s.block) in shadows else s for s in specs)
+    return tuple(
+        ArraySpec(shadows[id(s.block)], s.shape, s.dtype)
+        if rebuildable(s.block) and id(s.block) in shadows
+        else s
+        for s in specs
+    )
 
 
 def _renumbered(node, index, reads=None):
-    return Node(index, node.name, node.fn, node.writes, node.reads if reads is None else reads,
-                node.inplace, node.phase, node.rebuild, node.after)
-
-
+    return Node(
+        index,
+        node.name,
+        node.fn,
+        node.writes,
+        node.reads if reads is None else reads,
+        node.inplace,
+        node.phase,
+        node.rebuild,
+        node.after,
+    )

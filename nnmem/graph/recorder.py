@@ -8,6 +8,7 @@ use in the step is a *read* (an input, a parameter, optimizer state, a constant 
 Python) must keep its bytes and its data for every replay, so the recorder holds a tensor on
 it.
 """
+
 from typing import NamedTuple
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 
 class ArraySpec(NamedTuple):
     """How a node sees a block: with this shape and dtype."""
+
     block: object
     shape: tuple
     dtype: np.dtype
@@ -31,11 +33,12 @@ class Node:
     outputs exactly (see Operator.run). after: indices of nodes this one must follow although
     it shares no block with them (keeps a recomputation from being hoisted out of backward).
     """
-    __slots__ = ("index", "name", "fn", "writes", "reads", "inplace", "phase", "rebuild",
-                 "after")
 
-    def __init__(self, index, name, fn, writes, reads, inplace, phase="forward", rebuild=None,
-                 after=()):
+    __slots__ = ("index", "name", "fn", "writes", "reads", "inplace", "phase", "rebuild", "after")
+
+    def __init__(
+        self, index, name, fn, writes, reads, inplace, phase="forward", rebuild=None, after=()
+    ):
         self.index, self.name, self.fn = index, name, fn
         self.writes, self.reads, self.inplace = writes, reads, inplace
         self.phase, self.rebuild, self.after = phase, rebuild, tuple(after)
@@ -54,12 +57,13 @@ class Node:
 class Recorder:
     def __init__(self):
         self.nodes = []
-        self._seen = set()      # ids of blocks already used in this step
-        self._written = set()   # ids of blocks a recorded node writes
-        self.held = []          # tensors that keep read-first blocks (and their data) alive
+        self._seen = set()  # ids of blocks already used in this step
+        self._written = set()  # ids of blocks a recorded node writes
+        self.held = []  # tensors that keep read-first blocks (and their data) alive
 
     def record(self, fn, reads, writes, name, inplace, phase="forward", rebuild=None):
         from nnmem.tensor import Tensor
+
         for t in reads:
             if id(t.block) not in self._written:
                 t.block.check_written()  # read-first: its data must exist already
@@ -72,9 +76,18 @@ class Recorder:
         if rebuild is not None and rebuild != "same":
             fn2, reads2, writes2 = rebuild
             rebuild = (fn2, _specs(writes2), _specs(reads2))
-        self.nodes.append(Node(len(self.nodes), name, fn, _specs(writes), _specs(reads),
-                               tuple((out.block, inp.block) for out, inp in inplace),
-                               phase, rebuild))
+        self.nodes.append(
+            Node(
+                len(self.nodes),
+                name,
+                fn,
+                _specs(writes),
+                _specs(reads),
+                tuple((out.block, inp.block) for out, inp in inplace),
+                phase,
+                rebuild,
+            )
+        )
 
 
 def _specs(tensors):

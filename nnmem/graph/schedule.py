@@ -14,6 +14,7 @@ Either order is then split in two phases (``replay_order``): compute (forward, l
 first, and the commit phase (the optimizer's updates, and whatever the step does after them)
 last, so that a step that fails while computing has changed no parameter.
 """
+
 from collections import deque
 
 
@@ -26,18 +27,18 @@ def dependencies(nodes):
         for spec in node.reads:
             key = id(spec.block)
             if key in last_writer:
-                before.add(last_writer[key])                        # RAW
+                before.add(last_writer[key])  # RAW
         for spec in node.writes:
             key = id(spec.block)
-            before.update(r for r in readers.get(key, ()) if r != node.index)   # WAR
+            before.update(r for r in readers.get(key, ()) if r != node.index)  # WAR
             if key in last_writer:
-                before.add(last_writer[key])                        # WAW
+                before.add(last_writer[key])  # WAW
         for spec in node.reads:
             readers.setdefault(id(spec.block), []).append(node.index)
         for spec in node.writes:
             last_writer[id(spec.block)] = node.index
             readers[id(spec.block)] = []
-        before.update(node.after)                                   # control edges
+        before.update(node.after)  # control edges
         before.discard(node.index)
         predecessors.append(before)
     return predecessors

@@ -1,4 +1,5 @@
 """Memory: blocks, the pool allocator and its statistics."""
+
 from nnmem.memory.block import Block, RecordingReadError, UnwrittenBlockError  # noqa: F401
 from nnmem.memory.errors import OutOfMemory  # noqa: F401
 from nnmem.memory.pool import ALIGNMENT, STRATEGIES, Pool  # noqa: F401

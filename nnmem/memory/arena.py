@@ -5,6 +5,7 @@ and a step's intermediate blocks are dead once it ends (results, inputs and para
 outside the arena), so all the steps of a device (training, inference, the last smaller batch)
 can use the same bytes: the arena is as large as the largest plan, not their sum.
 """
+
 import weakref
 
 

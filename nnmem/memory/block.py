@@ -13,6 +13,7 @@ Memory contract
 - Reading a block that was never written is a bug in the caller (the bytes would be garbage):
   it raises instead of returning garbage.
 """
+
 import math
 
 import numpy as np
@@ -52,19 +53,22 @@ class Block:
             raise RecordingReadError(
                 f"{self} is computed by the training step that graph mode is recording right "
                 "now: the step runs once the recording ends, so read it after model(...) "
-                "returns (or call model.graph(False) to run eagerly)")
+                "returns (or call model.graph(False) to run eagerly)"
+            )
         if self.offset is None:
             raise UnwrittenBlockError(
                 f"read of {self} before anything wrote it; write it first "
-                "(copy_from_numpy, set_value, gaussian, or an operation's output)")
+                "(copy_from_numpy, set_value, gaussian, or an operation's output)"
+            )
 
     def array(self, shape, dtype):
         """A NumPy view of the block's bytes as `shape` and `dtype` (no copy)."""
         if self.offset is None:
             self.check_written()  # the clear error (unwritten, or being recorded)
         dtype = np.dtype(dtype)
-        raw = self.device.pool.view(self.offset, math.prod(shape) * dtype.itemsize,
-                                    within=self.arena)
+        raw = self.device.pool.view(
+            self.offset, math.prod(shape) * dtype.itemsize, within=self.arena
+        )
         return raw.view(dtype).reshape(shape)
 
     def inc_ref(self):

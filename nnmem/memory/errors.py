@@ -69,8 +69,11 @@ class OutOfMemory(MemoryError):
         self.free_bytes = int(free_bytes)
         self.largest_free_block = int(largest_free_block)
         self.capacity = int(capacity)
-        self.requester = None if requester is None else (
-            requester if isinstance(requester, str) else _describe(requester))
+        self.requester = (
+            None
+            if requester is None
+            else (requester if isinstance(requester, str) else _describe(requester))
+        )
         self.live = [
             (int(offset), int(size), owner if isinstance(owner, str) else _describe(owner))
             for offset, size, owner in list(live or [])[: self.MAX_LISTED]
@@ -132,6 +135,13 @@ class OutOfMemory(MemoryError):
         # than the message, so say explicitly how to rebuild one (multiprocessing, pytest-xdist).
         return (
             type(self),
-            (self.request, self.free_bytes, self.largest_free_block, self.capacity, self.live,
-             self.nbytes, self.requester),
+            (
+                self.request,
+                self.free_bytes,
+                self.largest_free_block,
+                self.capacity,
+                self.live,
+                self.nbytes,
+                self.requester,
+            ),
         )

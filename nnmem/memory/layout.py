@@ -24,6 +24,7 @@ is made by simulation instead, as MXNet does: walk the steps once, free each sto
 last step and allocate each new one with the pool's own best-fit allocator (on a virtual
 pool, no bytes); the arena is the simulation's high-water mark. O(n log n).
 """
+
 import math
 import random
 from typing import NamedTuple
@@ -36,9 +37,9 @@ GREEDY_LIMIT = 1500
 
 
 class Layout(NamedTuple):
-    offsets: list       # per storage, bytes from the start of the arena
-    arena_bytes: int    # bytes the layout needs
-    lower_bound: int    # max over positions of live bytes
+    offsets: list  # per storage, bytes from the start of the arena
+    arena_bytes: int  # bytes the layout needs
+    lower_bound: int  # max over positions of live bytes
 
 
 def lower_bound(sizes, ranges):
@@ -65,9 +66,9 @@ def layout(sizes, ranges, seed=0, alignment=256):
         return Layout(offsets, arena, bound)
     n = range(len(sizes))
     orders = [
-        sorted(n, key=lambda i: (-sizes[i], ranges[i][0], i)),                       # by size
-        sorted(n, key=lambda i: (ranges[i][0] - ranges[i][1], -sizes[i], i)),        # longest
-        sorted(n, key=lambda i: (ranges[i][0], -sizes[i], i)),                       # breadth
+        sorted(n, key=lambda i: (-sizes[i], ranges[i][0], i)),  # by size
+        sorted(n, key=lambda i: (ranges[i][0] - ranges[i][1], -sizes[i], i)),  # longest
+        sorted(n, key=lambda i: (ranges[i][0], -sizes[i], i)),  # breadth
         sorted(n, key=lambda i: (-sizes[i] * (ranges[i][1] - ranges[i][0] + 1), i)),  # area
     ]
     rng = random.Random(seed)
@@ -91,6 +92,7 @@ def simulate(sizes, ranges, alignment=256):
     """(offsets, arena bytes) from a best-fit allocator run over the steps: at each step free
     the storages whose last step has passed, then allocate those that start (largest first)."""
     from nnmem.memory.pool import Pool
+
     pool = Pool(max(sum(sizes), alignment), alignment=alignment, virtual=True)
     starts, ends = {}, {}
     for i, (first, last) in enumerate(ranges):
@@ -111,7 +113,11 @@ def _place(sizes, ranges, order):
     offsets = [0] * len(sizes)
     for i in order:
         size, (first, last) = sizes[i], ranges[i]
-        overlapping = sorted((o, s) for o, s, f, l in placed if f <= last and first <= l)
+        overlapping = sorted(
+            (o, s)
+            for o, s, other_first, other_last in placed
+            if other_first <= last and first <= other_last
+        )
         best_offset, best_gap, end = None, None, 0
         for o, s in overlapping:
             gap = o - end
@@ -127,7 +133,7 @@ def check_layout(sizes, ranges, offsets):
     """Raise if two storages that are live at the same time overlap in memory."""
     items = sorted(range(len(sizes)), key=lambda i: offsets[i])
     for a_pos, a in enumerate(items):
-        for b in items[a_pos + 1:]:
+        for b in items[a_pos + 1 :]:
             if offsets[b] >= offsets[a] + sizes[a]:
                 break
             if ranges[a][0] <= ranges[b][1] and ranges[b][0] <= ranges[a][1]:

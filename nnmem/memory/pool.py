@@ -40,10 +40,12 @@ STRATEGIES = ("best_fit", "first_fit")
 
 def _locked(method):
     """Run `method` holding the pool's lock (reentrant: locked methods call each other)."""
+
     @functools.wraps(method)
     def locked(self, *args, **kwargs):
         with self._lock:
             return method(self, *args, **kwargs)
+
     return locked
 
 
@@ -60,22 +62,34 @@ class Pool:
     ``capacity`` is rounded down to a multiple of ``alignment``.
     """
 
-    def __init__(self, capacity: int, strategy: str = "best_fit", alignment: int = ALIGNMENT,
-                 virtual: bool = False) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        strategy: str = "best_fit",
+        alignment: int = ALIGNMENT,
+        virtual: bool = False,
+    ) -> None:
         """virtual=True: allocate offsets with no bytes behind them, for planning memory on
         shapes alone (view() then refuses); the statistics are those of a real pool."""
         alignment = operator.index(alignment)
         if alignment <= 0 or alignment & (alignment - 1):
-            raise ValueError(f"Pool alignment must be a positive power of two, got {alignment}; use e.g. {ALIGNMENT}.")
+            raise ValueError(
+                f"Pool alignment must be a positive power of two, got {alignment}; "
+                f"use e.g. {ALIGNMENT}."
+            )
         capacity = operator.index(capacity)
         if capacity < alignment:
             raise ValueError(
-                f"Pool capacity {capacity} bytes is smaller than the alignment ({alignment} bytes), "
-                f"so not even one block fits; pass a capacity of at least {alignment} bytes "
+                f"Pool capacity {capacity} bytes is smaller than the alignment "
+                f"({alignment} bytes), so not even one block fits; "
+                f"pass a capacity of at least {alignment} bytes "
                 f"(in practice many MiB, e.g. pool_bytes=256 * 2**20)."
             )
         if strategy not in STRATEGIES:
-            raise ValueError(f"Unknown pool strategy {strategy!r}; use one of {', '.join(map(repr, STRATEGIES))}.")
+            raise ValueError(
+                f"Unknown pool strategy {strategy!r}; "
+                f"use one of {', '.join(map(repr, STRATEGIES))}."
+            )
         self._lock = threading.RLock()
         self.alignment = alignment
         self.capacity = capacity - capacity % alignment
@@ -218,10 +232,16 @@ class Pool:
         if i >= 0:
             seg = self._free_offsets[i]
             if seg <= offset < seg + self._free_size[seg]:
-                return msg + f" (bytes [{seg}, {seg + self._free_size[seg]}) are free: a double free, or a stale offset?)."
+                return (
+                    msg + f" (bytes [{seg}, {seg + self._free_size[seg]}) are free: "
+                    "a double free, or a stale offset?)."
+                )
         if not 0 <= offset < self.capacity:
             return msg + f" (outside the buffer [0, {self.capacity}))."
-        return msg + " (it points inside a block but not at its start; pass the offset alloc() returned)."
+        return (
+            msg
+            + " (it points inside a block but not at its start; pass the offset alloc() returned)."
+        )
 
     # -- access ---------------------------------------------------------------
 
@@ -249,8 +269,10 @@ class Pool:
         start = offset if within is None else within
         size = self.size_of(start)
         if not (0 <= nbytes and start <= offset and offset + nbytes <= start + size):
-            raise ValueError(f"Pool.view: bytes [{offset}, {offset + nbytes}) do not fit the "
-                             f"{size}-byte block at offset {start}.")
+            raise ValueError(
+                f"Pool.view: bytes [{offset}, {offset + nbytes}) do not fit the "
+                f"{size}-byte block at offset {start}."
+            )
         return self.buffer[offset : offset + nbytes]
 
     # -- statistics -----------------------------------------------------------
@@ -293,7 +315,8 @@ class Pool:
 
     @_locked
     def segments(self) -> list[tuple[int, int, bool]]:
-        """The buffer's layout as (offset, size, is_free), sorted by offset, covering [0, capacity)."""
+        """The buffer's layout as (offset, size, is_free), sorted by offset,
+        covering [0, capacity)."""
         out = [(off, entry[0], False) for off, entry in self._live.items()]
         out += [(off, size, True) for off, size in self._free_size.items()]
         out.sort()

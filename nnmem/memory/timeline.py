@@ -35,6 +35,7 @@ def plot_timelines(timelines, path, lower_bound=None, title="memory during one i
     """Write a PNG: bytes in use per step (top) and live tensors per step (bottom)."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
@@ -44,8 +45,12 @@ def plot_timelines(timelines, path, lower_bound=None, title="memory during one i
         top.plot([b / 2**20 for b in t.bytes], label=f"{t.label} (peak {t.peak / 2**20:.1f} MiB)")
         bottom.plot(t.live, label=t.label)
     if lower_bound is not None:
-        top.axhline(lower_bound / 2**20, color="gray", linestyle="--",
-                    label=f"lower bound {lower_bound / 2**20:.1f} MiB")
+        top.axhline(
+            lower_bound / 2**20,
+            color="gray",
+            linestyle="--",
+            label=f"lower bound {lower_bound / 2**20:.1f} MiB",
+        )
     top.set_ylabel("MiB in use")
     top.set_title(title)
     top.legend(fontsize="small")

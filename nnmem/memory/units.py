@@ -1,8 +1,19 @@
 """Byte sizes for people: parse "512MiB" / "12GiB" / "1000000", and print sizes back."""
+
 import re
 
-_PARSE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_PARSE_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 _PRINT_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
@@ -18,7 +29,8 @@ def parse_bytes(size):
     if match is None or unit not in _PARSE_UNITS:
         raise ValueError(
             f"cannot read {size!r} as a size: write a number of bytes (4096) or a number "
-            "with a unit, e.g. 512MiB, 12GiB, 1.5GB (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+            "with a unit, e.g. 512MiB, 12GiB, 1.5GB (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+        )
     return int(float(match.group(1)) * _PARSE_UNITS[unit])
 
 

@@ -1,8 +1,16 @@
 """The model zoo: each model is a Model subclass with a create_model(**kw) factory."""
+
 from nnmem.models import alexnet, cnn, densenet, inception, mlp, resnet, vgg
 
-MODELS = {"cnn": cnn, "mlp": mlp, "resnet": resnet, "alexnet": alexnet, "vgg16": vgg,
-          "densenet": densenet, "inception": inception}
+MODELS = {
+    "cnn": cnn,
+    "mlp": mlp,
+    "resnet": resnet,
+    "alexnet": alexnet,
+    "vgg16": vgg,
+    "densenet": densenet,
+    "inception": inception,
+}
 
 
 def create_model(name, **kwargs):

@@ -16,6 +16,7 @@ three layers twice the weights: 62,378,344 parameters for 1000 classes instead o
 that tests can train a tiny AlexNet. Every position has its own layer object, hence its own
 dotted name (relu1 .. relu7, lrn1, lrn2, pool1, pool2, pool5, dropout1, dropout2).
 """
+
 from nnmem import layer
 from nnmem.models.classifier import Classifier, scaled
 
@@ -23,8 +24,9 @@ from nnmem.models.classifier import Classifier, scaled
 class AlexNet(Classifier):
     def __init__(self, num_classes=1000, num_channels=3, width=1.0):
         super().__init__()
-        c1, c2, c3, c4, c5, f1, f2 = (scaled(c, width) for c in (96, 256, 384, 384, 256,
-                                                                  4096, 4096))
+        c1, c2, c3, c4, c5, f1, f2 = (
+            scaled(c, width) for c in (96, 256, 384, 384, 256, 4096, 4096)
+        )
         self.conv1 = layer.Conv2d(num_channels, c1, 11, 4, 0)
         self.relu1 = layer.ReLU()
         self.lrn1 = layer.LRN(5, 1e-4, 0.75, 1.0)

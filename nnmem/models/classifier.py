@@ -1,5 +1,6 @@
 """What the zoo models share: Classifier (train_one_batch: forward, loss, optimizer) and
 GlobalAvgPool (the mean over each feature map, whatever its resolution)."""
+
 from nnmem import layer, model
 
 

@@ -1,5 +1,6 @@
 """The CNN of SINGA's Model documentation (LeNet-like): two 5x5 convolutions with max pooling,
 then two fully connected layers."""
+
 from nnmem import layer
 from nnmem.models.classifier import Classifier
 

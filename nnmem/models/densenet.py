@@ -16,6 +16,7 @@ Layers are named by position: block1.layer2.bn, block1.layer2.relu, block1.layer
 block1.cat1 joins the block's input and layer1's output (layer2's input), block1.cat2 adds
 layer2's output, ..., and block1.cat is the block's output; transition1.bn, ... .
 """
+
 from nnmem import layer
 from nnmem.models.classifier import Classifier, GlobalAvgPool
 
@@ -75,8 +76,10 @@ class DenseNet(Classifier):
     def __init__(self, growth=12, layers_per_block=4, blocks=3, num_classes=10, num_channels=3):
         super().__init__()
         if blocks < 1 or layers_per_block < 1 or growth < 1:
-            raise ValueError(f"DenseNet: growth={growth}, layers_per_block={layers_per_block}, "
-                             f"blocks={blocks}; each must be at least 1")
+            raise ValueError(
+                f"DenseNet: growth={growth}, layers_per_block={layers_per_block}, "
+                f"blocks={blocks}; each must be at least 1"
+            )
         channels = 2 * growth
         self.conv1 = layer.Conv2d(num_channels, channels, 3, 1, 1, bias=False)
         self.stages = []
@@ -103,6 +106,5 @@ class DenseNet(Classifier):
         return self.fc(self.flatten(self.global_pool(y)))
 
 
-def create_model(growth=12, layers_per_block=4, blocks=3, num_classes=10, num_channels=3,
-                 **kwargs):
+def create_model(growth=12, layers_per_block=4, blocks=3, num_classes=10, num_channels=3, **kwargs):
     return DenseNet(growth, layers_per_block, blocks, num_classes, num_channels)

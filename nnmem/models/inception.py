@@ -11,20 +11,21 @@ The modules' channel counts are GoogLeNet's inception 3a, 3b, 4a, 4b, ... (`modu
 Layers are named by position: stem.conv, stem.bn, stem.relu; module1.branch3_reduce.conv,
 module1.branch3.bn, ..., module1.cat; pool1 (between module1 and module2), ...
 """
+
 from nnmem import layer
 from nnmem.models.classifier import Classifier, GlobalAvgPool, scaled
 
 #: GoogLeNet's modules (Table 1): 1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool projection.
 GOOGLENET_MODULES = (
-    (64, 96, 128, 16, 32, 32),       # 3a
-    (128, 128, 192, 32, 96, 64),     # 3b
-    (192, 96, 208, 16, 48, 64),      # 4a
-    (160, 112, 224, 24, 64, 64),     # 4b
-    (128, 128, 256, 24, 64, 64),     # 4c
-    (112, 144, 288, 32, 64, 64),     # 4d
-    (256, 160, 320, 32, 128, 128),   # 4e
-    (256, 160, 320, 32, 128, 128),   # 5a
-    (384, 192, 384, 48, 128, 128),   # 5b
+    (64, 96, 128, 16, 32, 32),  # 3a
+    (128, 128, 192, 32, 96, 64),  # 3b
+    (192, 96, 208, 16, 48, 64),  # 4a
+    (160, 112, 224, 24, 64, 64),  # 4b
+    (128, 128, 256, 24, 64, 64),  # 4c
+    (112, 144, 288, 32, 64, 64),  # 4d
+    (256, 160, 320, 32, 128, 128),  # 4e
+    (256, 160, 320, 32, 128, 128),  # 5a
+    (384, 192, 384, 48, 128, 128),  # 5b
 )
 
 
@@ -55,18 +56,24 @@ class InceptionModule(layer.Layer):
         self.out_channels = c1 + c3 + c5 + pool_proj
 
     def forward(self, x):
-        return self.cat([self.branch1(x),
-                         self.branch3(self.branch3_reduce(x)),
-                         self.branch5(self.branch5_reduce(x)),
-                         self.branch_pool_proj(self.branch_pool(x))])
+        return self.cat(
+            [
+                self.branch1(x),
+                self.branch3(self.branch3_reduce(x)),
+                self.branch5(self.branch5_reduce(x)),
+                self.branch_pool_proj(self.branch_pool(x)),
+            ]
+        )
 
 
 class Inception(Classifier):
     def __init__(self, num_classes=10, num_channels=3, width=1.0, modules=3):
         super().__init__()
         if not 2 <= modules <= len(GOOGLENET_MODULES):
-            raise ValueError(f"Inception: modules={modules}; choose 2 to "
-                             f"{len(GOOGLENET_MODULES)} (GoogLeNet's 3a .. 5b)")
+            raise ValueError(
+                f"Inception: modules={modules}; choose 2 to "
+                f"{len(GOOGLENET_MODULES)} (GoogLeNet's 3a .. 5b)"
+            )
         channels = scaled(64, width)
         self.stem = ConvBNReLU(num_channels, channels, 3, 1)
         self.stages = []

@@ -1,4 +1,5 @@
 """A multilayer perceptron: Flatten, then Linear + ReLU per hidden layer, then Linear."""
+
 from nnmem import layer
 from nnmem.models.classifier import Classifier
 

@@ -23,6 +23,7 @@ network of any depth. The blocks are kept in one flat list registered by registe
 (named BasicBlock_0, Bottleneck_1, ...): building a deep network does no per-layer work
 beyond creating the layer.
 """
+
 from nnmem import layer
 from nnmem.models.classifier import Classifier, GlobalAvgPool, scaled
 
@@ -39,6 +40,7 @@ STAGE_PROPORTIONS = (3, 8, 36, 3)  # ResNet-152's, for depths not in the table
 
 class BasicBlock(layer.Layer):
     """y = relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)); two 3x3 convolutions."""
+
     expansion = 1
 
     def __init__(self, in_channels, channels, stride):
@@ -64,6 +66,7 @@ class BasicBlock(layer.Layer):
 class Bottleneck(layer.Layer):
     """y = relu(bn3(conv3(relu(bn2(conv2(relu(bn1(conv1(x))))))) + shortcut(x)): a 1x1
     convolution to `channels`, a 3x3 one (strided), and a 1x1 one to 4 * channels."""
+
     expansion = 4
 
     def __init__(self, in_channels, channels, stride):
@@ -103,7 +106,7 @@ def split_blocks(total, proportions=STAGE_PROPORTIONS):
     exact = [total * p / weight for p in proportions]
     counts = [int(e) for e in exact]
     by_remainder = sorted(range(stages), key=lambda i: (counts[i] - exact[i], i))
-    for i in by_remainder[:total - sum(counts)]:
+    for i in by_remainder[: total - sum(counts)]:
         counts[i] += 1
     for i in range(stages):  # a stage left empty takes a block from the largest one
         if counts[i] == 0:
@@ -122,13 +125,17 @@ def cifar_stages(depth, block=None):
         block = "basic" if basic_ok or not bottleneck_ok else "bottleneck"
     if block == "basic":
         if not basic_ok:
-            raise ValueError(f"ResNet depth {depth}: a CIFAR ResNet has depth 6n + 2 with basic "
-                             "blocks (8, 14, 20, 32, 44, 56, 110, ...) or 9n + 2 with "
-                             "block='bottleneck' (11, 20, 29, ..., 164, 1001, ...)")
+            raise ValueError(
+                f"ResNet depth {depth}: a CIFAR ResNet has depth 6n + 2 with basic "
+                "blocks (8, 14, 20, 32, 44, 56, 110, ...) or 9n + 2 with "
+                "block='bottleneck' (11, 20, 29, ..., 164, 1001, ...)"
+            )
         return block, ((depth - 2) // 6,) * 3
     if not bottleneck_ok:
-        raise ValueError(f"ResNet depth {depth}: a CIFAR ResNet of bottleneck blocks has depth "
-                         "9n + 2 (11, 20, 29, ..., 164, 1001, ...)")
+        raise ValueError(
+            f"ResNet depth {depth}: a CIFAR ResNet of bottleneck blocks has depth "
+            "9n + 2 (11, 20, 29, ..., 164, 1001, ...)"
+        )
     return block, ((depth - 2) // 9,) * 3
 
 
@@ -143,8 +150,9 @@ def imagenet_stages(depth, block=None):
         block = "bottleneck" if depth >= 50 else "basic"
     per_block, minimum = (3, 14) if block == "bottleneck" else (2, 10)
     if depth < minimum or (depth - 2) % per_block:
-        other, other_per_block, other_minimum = (("basic", 2, 10) if block == "bottleneck"
-                                                 else ("bottleneck", 3, 14))
+        other, other_per_block, other_minimum = (
+            ("basic", 2, 10) if block == "bottleneck" else ("bottleneck", 3, 14)
+        )
         hint = ""
         if depth >= other_minimum and (depth - 2) % other_per_block == 0:
             hint = f"; depth {depth} works with block={other!r}"
@@ -154,13 +162,15 @@ def imagenet_stages(depth, block=None):
             f"{minimum + 2 * per_block}, ...), {other} blocks depth {other_per_block}n + 2 "
             f"({other_minimum}, {other_minimum + other_per_block}, ...); the standard depths are "
             f"18, 34 (basic) and 50, 101, 152 (bottleneck), and other depths take bottleneck "
-            f"blocks from 50 up unless block= says otherwise{hint}")
+            f"blocks from 50 up unless block= says otherwise{hint}"
+        )
     return block, tuple(split_blocks((depth - 2) // per_block))
 
 
 class ResNet(Classifier):
-    def __init__(self, depth=20, num_classes=10, num_channels=3, block=None, stem="cifar",
-                 width=1.0):
+    def __init__(
+        self, depth=20, num_classes=10, num_channels=3, block=None, stem="cifar", width=1.0
+    ):
         super().__init__()
         if stem == "cifar":
             block, counts = cifar_stages(depth, block)
@@ -202,6 +212,7 @@ class ResNet(Classifier):
         return self.fc(self.flatten(self.global_pool(y)))
 
 
-def create_model(depth=20, num_classes=10, num_channels=3, block=None, stem="cifar", width=1.0,
-                 **kwargs):
+def create_model(
+    depth=20, num_classes=10, num_channels=3, block=None, stem="cifar", width=1.0, **kwargs
+):
     return ResNet(depth, num_classes, num_channels, block, stem, width)

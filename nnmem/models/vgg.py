@@ -10,6 +10,7 @@ fully connected width (rounded, at least 1) so that tests can train a tiny VGG.
 Layers are named by position: conv1 .. conv13, relu1 .. relu15, pool1 .. pool5, fc1 .. fc3,
 dropout1, dropout2.
 """
+
 from nnmem import layer
 from nnmem.models.classifier import Classifier, scaled
 
@@ -41,8 +42,15 @@ class VGG(Classifier):
         setattr(self, f"relu{conv + 2}", layer.ReLU())
         self.dropout2 = layer.Dropout(0.5)
         self.fc3 = layer.Linear(num_classes)
-        self.classifier = [self.fc1, getattr(self, f"relu{conv + 1}"), self.dropout1,
-                           self.fc2, getattr(self, f"relu{conv + 2}"), self.dropout2, self.fc3]
+        self.classifier = [
+            self.fc1,
+            getattr(self, f"relu{conv + 1}"),
+            self.dropout1,
+            self.fc2,
+            getattr(self, f"relu{conv + 2}"),
+            self.dropout2,
+            self.fc3,
+        ]
 
     def _add(self, name, lay):
         setattr(self, name, lay)

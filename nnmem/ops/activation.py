@@ -2,6 +2,7 @@
 written from y alone (relu: dy * [y > 0]; sigmoid: dy * y * (1 - y)). So the forward may
 overwrite its input in place (when no later operation reads it), and the backward may
 overwrite dy."""
+
 from nnmem.autograd import SAME, Operator
 from nnmem.kernels import cpu as K
 
@@ -12,8 +13,13 @@ class _Activation(Operator):
     def forward(self, x):
         y = self.output(x.shape, x.dtype)
         fwd = type(self).kernel_forward
-        self.run(lambda y_, x_: fwd(y_.reshape(-1), x_.reshape(-1)), reads=(x,), writes=(y,),
-                 inplace=((y, x),), rebuild=SAME)
+        self.run(
+            lambda y_, x_: fwd(y_.reshape(-1), x_.reshape(-1)),
+            reads=(x,),
+            writes=(y,),
+            inplace=((y, x),),
+            rebuild=SAME,
+        )
         self.save(y)
         return y
 
@@ -21,19 +27,25 @@ class _Activation(Operator):
         (y,) = self.saved
         dx = self.output(dy.shape, dy.dtype)
         bwd = type(self).kernel_backward
-        self.run(lambda dx_, dy_, y_: bwd(dx_.reshape(-1), dy_.reshape(-1), y_.reshape(-1)),
-                 reads=(dy, y), writes=(dx,), inplace=((dx, dy),))
+        self.run(
+            lambda dx_, dy_, y_: bwd(dx_.reshape(-1), dy_.reshape(-1), y_.reshape(-1)),
+            reads=(dy, y),
+            writes=(dx,),
+            inplace=((dx, dy),),
+        )
         return dx
 
 
 class ReLU(_Activation):
     """y = max(x, 0)."""
+
     kernel_forward = staticmethod(K.relu_forward)
     kernel_backward = staticmethod(K.relu_backward)
 
 
 class Sigmoid(_Activation):
     """y = 1 / (1 + exp(-x))."""
+
     kernel_forward = staticmethod(K.sigmoid_forward)
     kernel_backward = staticmethod(K.sigmoid_backward)
 

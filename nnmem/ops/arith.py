@@ -3,14 +3,17 @@
 Kernel functions receive NumPy arrays from the device, outputs first: ``fn(*writes, *reads)``.
 Elementwise kernels take flat arrays, hence the ``.reshape(-1)`` (a view, no copy).
 """
+
 from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
 
 
 def _check_same_shape(op, a, b):
     if a.shape != b.shape:
-        raise ValueError(f"{op}: operands have shapes {a.shape} and {b.shape}; elementwise "
-                         "operations need equal shapes (reshape one, or use add_bias for a bias)")
+        raise ValueError(
+            f"{op}: operands have shapes {a.shape} and {b.shape}; elementwise "
+            "operations need equal shapes (reshape one, or use add_bias for a bias)"
+        )
     if a.dtype != b.dtype:
         raise TypeError(f"{op}: operands have dtypes {a.dtype} and {b.dtype}; make them equal")
 
@@ -18,8 +21,12 @@ def _check_same_shape(op, a, b):
 def _binary(op, kernel, a, b):
     """y = kernel(a, b) elementwise; y may take the memory of a input whose last use this is."""
     y = op.output(a.shape, a.dtype)
-    op.run(lambda y_, a_, b_: kernel(y_.reshape(-1), a_.reshape(-1), b_.reshape(-1)),
-           reads=(a, b), writes=(y,), inplace=((y, a), (y, b)))
+    op.run(
+        lambda y_, a_, b_: kernel(y_.reshape(-1), a_.reshape(-1), b_.reshape(-1)),
+        reads=(a, b),
+        writes=(y,),
+        inplace=((y, a), (y, b)),
+    )
     return y
 
 
@@ -80,6 +87,7 @@ def _scaled(op, x, alpha):
     def kernel(y_, x_):
         K.copy(y_.reshape(-1), x_.reshape(-1))
         K.scale(y_.reshape(-1), alpha)
+
     op.run(kernel, reads=(x,), writes=(y,), inplace=((y, x),))
     return y
 
@@ -93,12 +101,14 @@ class Reshape(Operator):
 
     def forward(self, x):
         from nnmem.tensor import Tensor
+
         shape = _resolve_shape(self.shape, x.size())
         self.in_shape = x.shape
         return Tensor._on_block(x.block, shape, x.dtype, x.device)
 
     def backward(self, dy):
         from nnmem.tensor import Tensor
+
         return Tensor._on_block(dy.block, self.in_shape, dy.dtype, dy.device)
 
 
@@ -107,8 +117,11 @@ def _resolve_shape(shape, size):
     for s in shape:
         if s != -1:
             known *= s
-    if list(shape).count(-1) > 1 or (-1 in shape and (known == 0 or size % known)) or \
-            (-1 not in shape and known != size):
+    if (
+        list(shape).count(-1) > 1
+        or (-1 in shape and (known == 0 or size % known))
+        or (-1 not in shape and known != size)
+    ):
         raise ValueError(f"cannot reshape {size} elements into {shape}")
     return tuple(size // known if s == -1 else s for s in shape)
 

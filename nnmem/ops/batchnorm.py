@@ -4,6 +4,7 @@ Training: y = scale * (x - mean_B) / sqrt(var_B + eps) + bias with the batch's s
 the running statistics updated in place (SINGA's convention: running = momentum * running +
 (1 - momentum) * batch). Inference: the running statistics instead of the batch's.
 """
+
 import numpy as np
 
 from nnmem import autograd
@@ -22,15 +23,21 @@ class BatchNorm2d(Operator):
     def forward(self, x, scale, bias):
         c = x.shape[1] if x.ndim() == 4 else None
         if x.ndim() != 4 or scale.shape != (c,) or bias.shape != (c,):
-            raise ValueError(f"batchnorm: input {x.shape} with scale {scale.shape}; need "
-                             "(N, C, H, W) and (C,) parameters")
+            raise ValueError(
+                f"batchnorm: input {x.shape} with scale {scale.shape}; need "
+                "(N, C, H, W) and (C,) parameters"
+            )
         y = self.output(x.shape, x.dtype)
         rm, rv = self.running_mean, self.running_var
         if not autograd.training:
             eps = self.eps
-            self.run(lambda y_, x_, g_, b_, rm_, rv_:
-                     K.batchnorm2d_forward_infer(y_, x_, g_, b_, rm_, rv_, eps),
-                     reads=(x, scale, bias, rm, rv), writes=(y,))
+            self.run(
+                lambda y_, x_, g_, b_, rm_, rv_: K.batchnorm2d_forward_infer(
+                    y_, x_, g_, b_, rm_, rv_, eps
+                ),
+                reads=(x, scale, bias, rm, rv),
+                writes=(y,),
+            )
             return y
         # float64 statistics: a recomputation rebuilds y from them bit for bit (the kernel
         # computes them in float64; storing them as float32 would round them).
@@ -39,10 +46,15 @@ class BatchNorm2d(Operator):
 
         def kernel(y_, mean_, invstd_, rm_, rv_, x_, g_, b_, _rm, _rv):
             K.batchnorm2d_forward_train(y_, mean_, invstd_, rm_, rv_, x_, g_, b_, momentum, eps)
+
         # The running statistics are read and updated in place (they are written, so that
         # a graph orders this step before anything that reads them later).
-        self.run(kernel, reads=(x, scale, bias, rm, rv), writes=(y, mean, invstd, rm, rv),
-                 rebuild=(K.batchnorm2d_forward_apply, (x, scale, bias, mean, invstd), (y,)))
+        self.run(
+            kernel,
+            reads=(x, scale, bias, rm, rv),
+            writes=(y, mean, invstd, rm, rv),
+            rebuild=(K.batchnorm2d_forward_apply, (x, scale, bias, mean, invstd), (y,)),
+        )
         self.save(x, scale, mean, invstd)
         return y
 
@@ -50,8 +62,9 @@ class BatchNorm2d(Operator):
         x, scale, mean, invstd = self.saved
         dx = self.output(x.shape, dy.dtype)
         dscale, dbias = self.output(scale.shape, dy.dtype), self.output(scale.shape, dy.dtype)
-        self.run(K.batchnorm2d_backward, reads=(dy, x, scale, mean, invstd),
-                 writes=(dx, dscale, dbias))
+        self.run(
+            K.batchnorm2d_backward, reads=(dy, x, scale, mean, invstd), writes=(dx, dscale, dbias)
+        )
         return dx, dscale, dbias
 
 

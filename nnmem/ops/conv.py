@@ -6,6 +6,7 @@ gemm algorithm as many samples per chunk as the pool's free memory allows and fa
 direct when not even one sample's workspace fits: the algorithm follows the memory free at
 this step (SuperNeurons, section on convolution workspaces).
 """
+
 from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
 
@@ -25,14 +26,18 @@ class Conv2d(Operator):
 
     def forward(self, x, W, b=None):
         if x.ndim() != 4 or W.ndim() != 4 or x.shape[1] != W.shape[1]:
-            raise ValueError(f"conv2d: input {x.shape} and filters {W.shape}; need (N, C, H, W) "
-                             f"and (O, C, KH, KW) with the same C")
+            raise ValueError(
+                f"conv2d: input {x.shape} and filters {W.shape}; need (N, C, H, W) "
+                f"and (O, C, KH, KW) with the same C"
+            )
         n, c, h, w = x.shape
         o, _, kh, kw = W.shape
         (sh, sw), (ph, pw) = self.stride, self.padding
         if h + 2 * ph < kh or w + 2 * pw < kw:
-            raise ValueError(f"conv2d: a {kh}x{kw} kernel does not fit the {h}x{w} input "
-                             f"(padding {self.padding}); use a smaller kernel or more padding")
+            raise ValueError(
+                f"conv2d: a {kh}x{kw} kernel does not fit the {h}x{w} input "
+                f"(padding {self.padding}); use a smaller kernel or more padding"
+            )
         out_shape = K.conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw)
         self.geometry = (c, h, w, o, kh, kw)
         self.has_bias = b is not None
@@ -57,11 +62,13 @@ class Conv2d(Operator):
             grads_bytes += dW.memsize()
         ws = self._workspace(dy.shape[0], dy.dtype, extra_bytes=grads_bytes)
         if dx is not None:
-            self._conv_pass(K.conv2d_backward_data_direct, K.conv2d_backward_data_gemm,
-                            dx, dy, W, ws)
+            self._conv_pass(
+                K.conv2d_backward_data_direct, K.conv2d_backward_data_gemm, dx, dy, W, ws
+            )
         if dW is not None:
-            self._conv_pass(K.conv2d_backward_filter_direct, K.conv2d_backward_filter_gemm,
-                            dW, dy, x, ws)
+            self._conv_pass(
+                K.conv2d_backward_filter_direct, K.conv2d_backward_filter_gemm, dW, dy, x, ws
+            )
         if self.has_bias and self.needs_grad[2]:
             db = self.output((o,), dy.dtype)
             self.run(K.bias_grad_nchw, reads=(dy,), writes=(db,))
@@ -72,11 +79,17 @@ class Conv2d(Operator):
         there is a workspace and the direct one otherwise."""
         (sh, sw), (ph, pw) = self.stride, self.padding
         if ws is None:
-            self.run(lambda out_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw), reads=(a, b),
-                     writes=(out,))
+            self.run(
+                lambda out_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw),
+                reads=(a, b),
+                writes=(out,),
+            )
         else:
-            self.run(lambda out_, ws_, a_, b_: gemm(out_, a_, b_, ws_, sh, sw, ph, pw),
-                     reads=(a, b), writes=(out, ws))
+            self.run(
+                lambda out_, ws_, a_, b_: gemm(out_, a_, b_, ws_, sh, sw, ph, pw),
+                reads=(a, b),
+                writes=(out, ws),
+            )
 
     def _workspace(self, n, dtype, extra_bytes):
         """The gemm workspace tensor sized to the free memory, or None for the direct algorithm.

@@ -6,6 +6,7 @@ a new mask every iteration) and kept for backward. Every draw reads and writes t
 `rng_state` tensor: a graph therefore keeps the draws in their recorded order, whatever order
 it runs the other operations in, and replays give the same numbers as eager runs.
 """
+
 from nnmem import autograd
 from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
@@ -33,17 +34,27 @@ class Dropout(Operator):
         def apply_mask(y_, x_, mask_):  # the same product, with the mask drawn above
             K.mul(y_.reshape(-1), x_.reshape(-1), mask_.reshape(-1))
 
-        self.run(draw_and_apply, reads=(x, state), writes=(y, mask, state), inplace=((y, x),),
-                 rebuild=(apply_mask, (x, mask), (y,)))
+        self.run(
+            draw_and_apply,
+            reads=(x, state),
+            writes=(y, mask, state),
+            inplace=((y, x),),
+            rebuild=(apply_mask, (x, mask), (y,)),
+        )
         self.save(mask)
         return y
 
     def backward(self, dy):
         (mask,) = self.saved
         dx = self.output(dy.shape, dy.dtype)
-        self.run(lambda dx_, dy_, m_: K.dropout_backward(dx_.reshape(-1), dy_.reshape(-1),
-                                                         m_.reshape(-1)),
-                 reads=(dy, mask), writes=(dx,), inplace=((dx, dy), (dx, mask)))
+        self.run(
+            lambda dx_, dy_, m_: K.dropout_backward(
+                dx_.reshape(-1), dy_.reshape(-1), m_.reshape(-1)
+            ),
+            reads=(dy, mask),
+            writes=(dx,),
+            inplace=((dx, dy), (dx, mask)),
+        )
         return dx
 
 

@@ -1,4 +1,5 @@
 """Dense algebra: y = x @ W (Matmul) and y = x + b broadcast over rows (AddBias)."""
+
 from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
 
@@ -8,8 +9,10 @@ class Matmul(Operator):
 
     def forward(self, a, b):
         if a.ndim() != 2 or b.ndim() != 2 or a.shape[1] != b.shape[0]:
-            raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not chain; need (n, k) "
-                             "and (k, m) (a Linear layer's input must be 2-D: add a Flatten)")
+            raise ValueError(
+                f"matmul: shapes {a.shape} and {b.shape} do not chain; need (n, k) "
+                "and (k, m) (a Linear layer's input must be 2-D: add a Flatten)"
+            )
         if a.dtype != b.dtype:
             raise TypeError(f"matmul: dtypes {a.dtype} and {b.dtype} differ; make them equal")
         y = self.output((a.shape[0], b.shape[1]), a.dtype)
@@ -40,6 +43,7 @@ class AddBias(Operator):
         def kernel(y_, x_, b_):
             K.copy(y_.reshape(-1), x_.reshape(-1))
             K.add_bias_rows(y_, b_)
+
         self.run(kernel, reads=(x, b), writes=(y,), inplace=((y, x),))
         return y
 
@@ -57,5 +61,7 @@ def matmul(a, b):
 
 def add_bias(x, b, axis=0):
     if axis != 0:
-        raise ValueError("add_bias: only axis=0 (a bias per column, added to every row) is supported")
+        raise ValueError(
+            "add_bias: only axis=0 (a bias per column, added to every row) is supported"
+        )
     return AddBias()(x, b)

@@ -10,23 +10,32 @@ class SoftMaxCrossEntropy(Operator):
 
     def forward(self, x, t):
         if x.ndim() != 2:
-            raise ValueError(f"softmax_cross_entropy: logits of shape {x.shape}; need (batch, "
-                             "classes) (add a Flatten/Linear before the loss)")
+            raise ValueError(
+                f"softmax_cross_entropy: logits of shape {x.shape}; need (batch, "
+                "classes) (add a Flatten/Linear before the loss)"
+            )
         n, c = x.shape
         _check_not_empty("softmax_cross_entropy", n)
         if t.shape == (n,):
             if t.dtype.kind != "i":
-                raise TypeError(f"softmax_cross_entropy: class-id labels must be int32, not "
-                                f"{t.dtype}; copy them with y.astype(np.int32)")
+                raise TypeError(
+                    f"softmax_cross_entropy: class-id labels must be int32, not "
+                    f"{t.dtype}; copy them with y.astype(np.int32)"
+                )
             self.onehot = False
         elif t.shape == (n, c):
             self.onehot = True
         else:
-            raise ValueError(f"softmax_cross_entropy: labels of shape {t.shape} for logits "
-                             f"{x.shape}; give class ids ({n},) or one-hot rows ({n}, {c})")
+            raise ValueError(
+                f"softmax_cross_entropy: labels of shape {t.shape} for logits "
+                f"{x.shape}; give class ids ({n},) or one-hot rows ({n}, {c})"
+            )
         loss, prob = self.output((1,), x.dtype), self.output(x.shape, x.dtype)
-        fwd = K.softmax_cross_entropy_forward_onehot if self.onehot else \
-            K.softmax_cross_entropy_forward
+        fwd = (
+            K.softmax_cross_entropy_forward_onehot
+            if self.onehot
+            else K.softmax_cross_entropy_forward
+        )
         self.run(fwd, reads=(x, t), writes=(loss, prob))
         self.save(prob, t)
         return loss
@@ -34,8 +43,11 @@ class SoftMaxCrossEntropy(Operator):
     def backward(self, dloss):
         prob, t = self.saved
         dx = self.output(prob.shape, prob.dtype)
-        bwd = K.softmax_cross_entropy_backward_onehot if self.onehot else \
-            K.softmax_cross_entropy_backward
+        bwd = (
+            K.softmax_cross_entropy_backward_onehot
+            if self.onehot
+            else K.softmax_cross_entropy_backward
+        )
         self.run(bwd, reads=(dloss, prob, t), writes=(dx,))
         return dx, None
 
@@ -45,15 +57,21 @@ class MeanSquareError(Operator):
 
     def forward(self, x, t):
         if x.shape != t.shape or x.dtype != t.dtype:
-            raise ValueError(f"mse: prediction {x.shape} {x.dtype} and target {t.shape} {t.dtype}"
-                             " must have the same shape and dtype")
+            raise ValueError(
+                f"mse: prediction {x.shape} {x.dtype} and target {t.shape} {t.dtype}"
+                " must have the same shape and dtype"
+            )
         n = x.shape[0] if x.ndim() else 1
         _check_not_empty("mse", n)
         shape2d = (n, x.size() // max(n, 1))
         loss, err = self.output((1,), x.dtype), self.output(x.shape, x.dtype)
-        self.run(lambda loss_, err_, x_, t_: K.mse_forward(
-            loss_, err_.reshape(shape2d), x_.reshape(shape2d), t_.reshape(shape2d)),
-            reads=(x, t), writes=(loss, err))
+        self.run(
+            lambda loss_, err_, x_, t_: K.mse_forward(
+                loss_, err_.reshape(shape2d), x_.reshape(shape2d), t_.reshape(shape2d)
+            ),
+            reads=(x, t),
+            writes=(loss, err),
+        )
         self.save(err)
         self.shape2d = shape2d
         return loss
@@ -62,16 +80,22 @@ class MeanSquareError(Operator):
         (err,) = self.saved
         dx = self.output(err.shape, err.dtype)
         shape2d = self.shape2d
-        self.run(lambda dx_, dloss_, err_: K.mse_backward(dx_.reshape(shape2d), dloss_,
-                                                          err_.reshape(shape2d)),
-                 reads=(dloss, err), writes=(dx,), inplace=((dx, err),))
+        self.run(
+            lambda dx_, dloss_, err_: K.mse_backward(
+                dx_.reshape(shape2d), dloss_, err_.reshape(shape2d)
+            ),
+            reads=(dloss, err),
+            writes=(dx,),
+            inplace=((dx, err),),
+        )
         return dx, None
 
 
 def _check_not_empty(loss, n):
     if n == 0:
-        raise ValueError(f"{loss}: an empty batch (0 samples) has no mean loss; give at least "
-                         "one sample")
+        raise ValueError(
+            f"{loss}: an empty batch (0 samples) has no mean loss; give at least one sample"
+        )
 
 
 def softmax_cross_entropy(x, t):
@@ -80,5 +104,3 @@ def softmax_cross_entropy(x, t):
 
 def mse_loss(x, t):
     return MeanSquareError()(x, t)
-
-

@@ -6,6 +6,7 @@ backward reads x, y and scale: an LRN layer keeps three activations of its input
 until its backward has run (Caffe keeps the same): a layer that is cheap to compute and dear
 to keep, the kind SuperNeurons recomputes in the backward pass instead of keeping.
 """
+
 from nnmem.autograd import SAME, Operator
 from nnmem.kernels import cpu as K
 
@@ -21,13 +22,19 @@ class LRN(Operator):
 
     def forward(self, x):
         if x.ndim() != 4:
-            raise ValueError(f"lrn: input of shape {x.shape}; LRN normalises across the channels "
-                             "of (N, C, H, W) input")
+            raise ValueError(
+                f"lrn: input of shape {x.shape}; LRN normalises across the channels "
+                "of (N, C, H, W) input"
+            )
         y = self.output(x.shape, x.dtype)
         scale = self.output(x.shape, x.dtype)
         size, alpha, beta, k = self.size, self.alpha, self.beta, self.k
-        self.run(lambda y_, s_, x_: K.lrn_forward(y_, s_, x_, size, alpha, beta, k),
-                 reads=(x,), writes=(y, scale), rebuild=SAME)
+        self.run(
+            lambda y_, s_, x_: K.lrn_forward(y_, s_, x_, size, alpha, beta, k),
+            reads=(x,),
+            writes=(y, scale),
+            rebuild=SAME,
+        )
         self.save(x, y, scale)
         return y
 
@@ -35,9 +42,11 @@ class LRN(Operator):
         x, y, scale = self.saved
         dx = self.output(x.shape, dy.dtype)
         size, alpha, beta = self.size, self.alpha, self.beta
-        self.run(lambda dx_, dy_, x_, y_, s_:
-                 K.lrn_backward(dx_, dy_, x_, y_, s_, size, alpha, beta),
-                 reads=(dy, x, y, scale), writes=(dx,))
+        self.run(
+            lambda dx_, dy_, x_, y_, s_: K.lrn_backward(dx_, dy_, x_, y_, s_, size, alpha, beta),
+            reads=(dy, x, y, scale),
+            writes=(dx,),
+        )
         return dx
 
 

@@ -3,11 +3,12 @@
 Max pooling saves the int32 position of each window's maximum (argmax) instead of its input:
 a quarter of the input's elements for 2x2 windows, and backward needs nothing else.
 """
+
 import numpy as np
 
 from nnmem.autograd import SAME, Operator
-from nnmem.ops.conv import pair
 from nnmem.kernels import cpu as K
+from nnmem.ops.conv import pair
 
 
 class Pooling2d(Operator):
@@ -18,27 +19,39 @@ class Pooling2d(Operator):
         self.kernel, self.stride, self.padding, self.is_max = kernel, stride, padding, is_max
         (kh, kw), (ph, pw) = kernel, padding
         if 2 * ph > kh or 2 * pw > kw:
-            raise ValueError(f"pooling: padding {padding} is more than half the kernel {kernel}; "
-                             "a window would lie entirely in the padding")
+            raise ValueError(
+                f"pooling: padding {padding} is more than half the kernel {kernel}; "
+                "a window would lie entirely in the padding"
+            )
 
     def forward(self, x):
         if x.ndim() != 4:
             raise ValueError(f"pooling: input of shape {x.shape}; need (N, C, H, W)")
         (kh, kw), (sh, sw), (ph, pw) = self.kernel, self.stride, self.padding
         if x.shape[2] + 2 * ph < kh or x.shape[3] + 2 * pw < kw:
-            raise ValueError(f"pooling: a {kh}x{kw} window does not fit the {x.shape[2:]} input "
-                             f"(padding {self.padding}); use a smaller window")
+            raise ValueError(
+                f"pooling: a {kh}x{kw} window does not fit the {x.shape[2:]} input "
+                f"(padding {self.padding}); use a smaller window"
+            )
         out_shape = K.pool2d_output_shape(*x.shape, kh, kw, sh, sw, ph, pw)
         y = self.output(out_shape, x.dtype)
         self.in_shape = x.shape
         if self.is_max:
             argmax = self.output(out_shape, np.int32)
-            self.run(lambda y_, am_, x_: K.maxpool2d_forward(y_, am_, x_, kh, kw, sh, sw, ph, pw),
-                     reads=(x,), writes=(y, argmax), rebuild=SAME)
+            self.run(
+                lambda y_, am_, x_: K.maxpool2d_forward(y_, am_, x_, kh, kw, sh, sw, ph, pw),
+                reads=(x,),
+                writes=(y, argmax),
+                rebuild=SAME,
+            )
             self.save(argmax)
         else:
-            self.run(lambda y_, x_: K.avgpool2d_forward(y_, x_, kh, kw, sh, sw, ph, pw),
-                     reads=(x,), writes=(y,), rebuild=SAME)
+            self.run(
+                lambda y_, x_: K.avgpool2d_forward(y_, x_, kh, kw, sh, sw, ph, pw),
+                reads=(x,),
+                writes=(y,),
+                rebuild=SAME,
+            )
         return y
 
     def backward(self, dy):
@@ -48,8 +61,11 @@ class Pooling2d(Operator):
             (argmax,) = self.saved
             self.run(K.maxpool2d_backward, reads=(dy, argmax), writes=(dx,))
         else:
-            self.run(lambda dx_, dy_: K.avgpool2d_backward(dx_, dy_, kh, kw, sh, sw, ph, pw),
-                     reads=(dy,), writes=(dx,))
+            self.run(
+                lambda dx_, dy_: K.avgpool2d_backward(dx_, dy_, kh, kw, sh, sw, ph, pw),
+                reads=(dy,),
+                writes=(dx,),
+            )
         return dx
 
 
@@ -58,4 +74,3 @@ def pooling_2d(x, kernel, stride=None, padding=0, is_max=True):
     kernel = pair(kernel)
     stride = kernel if stride is None else pair(stride)
     return Pooling2d(kernel, stride, pair(padding), is_max)(x)
-

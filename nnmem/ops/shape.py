@@ -3,6 +3,7 @@
 Cat only moves data, so it uses NumPy copies into the output's pool bytes directly; the
 output is its own block (the inputs stay alive only as long as something else needs them).
 """
+
 import numpy as np
 
 from nnmem.autograd import Operator
@@ -19,8 +20,8 @@ class Flatten(Reshape):
     def forward(self, x):
         if not 0 < self.axis <= x.ndim():
             raise ValueError(f"flatten: axis {self.axis} for a {x.ndim()}-D input")
-        lead = int(np.prod(x.shape[:self.axis]))
-        self.shape = (lead, -1) if lead else (0, int(np.prod(x.shape[self.axis:])))
+        lead = int(np.prod(x.shape[: self.axis]))
+        self.shape = (lead, -1) if lead else (0, int(np.prod(x.shape[self.axis :])))
         return super().forward(x)
 
 
@@ -34,10 +35,16 @@ class Cat(Operator):
     def forward(self, *xs):
         axis = self.axis % xs[0].ndim()
         for x in xs[1:]:
-            if x.ndim() != xs[0].ndim() or x.shape[:axis] + x.shape[axis + 1:] != \
-                    xs[0].shape[:axis] + xs[0].shape[axis + 1:] or x.dtype != xs[0].dtype:
-                raise ValueError(f"cat: shapes {[t.shape for t in xs]} differ outside axis {axis}"
-                                 " (or their dtypes differ)")
+            if (
+                x.ndim() != xs[0].ndim()
+                or x.shape[:axis] + x.shape[axis + 1 :]
+                != xs[0].shape[:axis] + xs[0].shape[axis + 1 :]
+                or x.dtype != xs[0].dtype
+            ):
+                raise ValueError(
+                    f"cat: shapes {[t.shape for t in xs]} differ outside axis {axis}"
+                    " (or their dtypes differ)"
+                )
         shape = list(xs[0].shape)
         shape[axis] = sum(x.shape[axis] for x in xs)
         y = self.output(tuple(shape), xs[0].dtype)
@@ -50,11 +57,14 @@ class Cat(Operator):
         dxs, start = [], 0
         for size, needed in zip(self.sizes, self.needs_grad):
             if needed:
-                shape = dy.shape[:self.axis] + (size,) + dy.shape[self.axis + 1:]
+                shape = dy.shape[: self.axis] + (size,) + dy.shape[self.axis + 1 :]
                 dx = self.output(shape, dy.dtype)
                 index = (slice(None),) * self.axis + (slice(start, start + size),)
-                self.run(lambda dx_, dy_, index=index: np.copyto(dx_, dy_[index]),
-                         reads=(dy,), writes=(dx,))
+                self.run(
+                    lambda dx_, dy_, index=index: np.copyto(dx_, dy_[index]),
+                    reads=(dy,),
+                    writes=(dx,),
+                )
                 dxs.append(dx)
             else:
                 dxs.append(None)

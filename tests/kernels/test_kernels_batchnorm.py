@@ -5,7 +5,11 @@ import pytest
 from kernel_testutil import assert_close64
 
 from nnmem.kernels import cpu as K
-from nnmem.kernels.cpu import batchnorm2d_backward, batchnorm2d_forward_infer, batchnorm2d_forward_train
+from nnmem.kernels.cpu import (
+    batchnorm2d_backward,
+    batchnorm2d_forward_infer,
+    batchnorm2d_forward_train,
+)
 
 SHAPES = [(2, 3, 4, 5), (1, 2, 3, 3), (4, 1, 1, 1)]
 
@@ -102,7 +106,14 @@ def test_float32(rng):
     gamma, beta, rm, rv = _params(rng, 3, np.float32)
     rm64, rv64 = rm.astype(np.float64), rv.astype(np.float64)
     y_ref, _, _, rm_ref, rv_ref = ref_train(
-        x.astype(np.float64), gamma.astype(np.float64), beta.astype(np.float64), rm64, rv64, 0.9, 1e-5)
+        x.astype(np.float64),
+        gamma.astype(np.float64),
+        beta.astype(np.float64),
+        rm64,
+        rv64,
+        0.9,
+        1e-5,
+    )
     y, mean, invstd = _train(x, gamma, beta, rm, rv)
     np.testing.assert_allclose(y, y_ref, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(rv, rv_ref, rtol=1e-5)
@@ -117,7 +128,9 @@ def test_float32(rng):
 def test_shape_mismatch_raises():
     x = np.zeros((2, 3, 2, 2))
     with pytest.raises(ValueError, match="per-channel vectors"):
-        batchnorm2d_forward_infer(np.empty_like(x), x, np.ones(2), np.ones(3), np.ones(3), np.ones(3), 1e-5)
+        batchnorm2d_forward_infer(
+            np.empty_like(x), x, np.ones(2), np.ones(3), np.ones(3), np.ones(3), 1e-5
+        )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

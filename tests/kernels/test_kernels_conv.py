@@ -19,20 +19,20 @@ from nnmem.kernels.cpu import (
 
 # (n, c, h, w, o, kh, kw, sh, sw, ph, pw)
 SHAPES = [
-    (2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1),   # odd sizes, padding 1
-    (1, 2, 9, 8, 3, 3, 2, 2, 2, 1, 2),   # batch 1, stride 2, non-square kernel, pad >= kw
-    (3, 1, 5, 5, 2, 5, 5, 1, 1, 0, 0),   # kernel covers the input: 1x1 output
-    (2, 2, 6, 7, 3, 1, 3, 2, 1, 0, 1),   # 1x3 kernel, mixed strides
-    (2, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0),   # OH*OW < C*KH*KW (exercises filter tiling)
-    (3, 2, 8, 8, 3, 4, 2, 3, 2, 2, 1),   # stride 3, padding 2
-    (2, 3, 8, 8, 4, 3, 3, 2, 2, 1, 1),   # ResNet-style 3x3 / stride 2 / padding 1
+    (2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1),  # odd sizes, padding 1
+    (1, 2, 9, 8, 3, 3, 2, 2, 2, 1, 2),  # batch 1, stride 2, non-square kernel, pad >= kw
+    (3, 1, 5, 5, 2, 5, 5, 1, 1, 0, 0),  # kernel covers the input: 1x1 output
+    (2, 2, 6, 7, 3, 1, 3, 2, 1, 0, 1),  # 1x3 kernel, mixed strides
+    (2, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0),  # OH*OW < C*KH*KW (exercises filter tiling)
+    (3, 2, 8, 8, 3, 4, 2, 3, 2, 2, 1),  # stride 3, padding 2
+    (2, 3, 8, 8, 4, 3, 3, 2, 2, 1, 1),  # ResNet-style 3x3 / stride 2 / padding 1
 ]
 
 
 # ---------------------------------------------------------------- NumPy reference (float64)
 def _patches(xp, p, q, sh, sw, oh, ow):
     """xp[:, :, i*sh+p, j*sw+q] for all i, j: the input pixels met by kernel tap (p, q)."""
-    return xp[:, :, p: p + sh * (oh - 1) + 1: sh, q: q + sw * (ow - 1) + 1: sw]
+    return xp[:, :, p : p + sh * (oh - 1) + 1 : sh, q : q + sw * (ow - 1) + 1 : sw]
 
 
 def ref_forward(x, w, sh, sw, ph, pw):
@@ -54,8 +54,10 @@ def ref_backward_data(dy, w, x_shape, sh, sw, ph, pw):
     dxp = np.zeros((n, c, h + 2 * ph, wd + 2 * pw))
     for p in range(kh):
         for q in range(kw):
-            _patches(dxp, p, q, sh, sw, oh, ow)[...] += np.einsum("noij,oc->ncij", dy, w[:, :, p, q])
-    return dxp[:, :, ph: ph + h, pw: pw + wd]
+            _patches(dxp, p, q, sh, sw, oh, ow)[...] += np.einsum(
+                "noij,oc->ncij", dy, w[:, :, p, q]
+            )
+    return dxp[:, :, ph : ph + h, pw : pw + wd]
 
 
 def ref_backward_filter(dy, x, w_shape, sh, sw, ph, pw):

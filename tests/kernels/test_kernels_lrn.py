@@ -9,11 +9,11 @@ from nnmem.kernels.cpu import lrn_backward, lrn_forward
 
 # (shape, size, alpha, beta, k)
 CASES = [
-    ((2, 7, 3, 4), 5, 1e-4, 0.75, 1.0),   # AlexNet's constants
-    ((1, 6, 2, 3), 5, 0.5, 0.75, 1.0),    # a large alpha: the normalisation matters
-    ((2, 3, 2, 2), 5, 0.8, 0.6, 2.0),     # the window is wider than the channels
-    ((1, 5, 3, 2), 4, 0.7, 0.75, 1.0),    # an even window (2 before, 1 after, as torch)
-    ((2, 4, 1, 5), 1, 0.9, 0.5, 0.5),     # size 1: every channel on its own
+    ((2, 7, 3, 4), 5, 1e-4, 0.75, 1.0),  # AlexNet's constants
+    ((1, 6, 2, 3), 5, 0.5, 0.75, 1.0),  # a large alpha: the normalisation matters
+    ((2, 3, 2, 2), 5, 0.8, 0.6, 2.0),  # the window is wider than the channels
+    ((1, 5, 3, 2), 4, 0.7, 0.75, 1.0),  # an even window (2 before, 1 after, as torch)
+    ((2, 4, 1, 5), 1, 0.9, 0.5, 0.5),  # size 1: every channel on its own
 ]
 
 
@@ -29,7 +29,7 @@ def ref_forward(x, size, alpha, beta, k):
     for ci in range(c):
         lo, hi = window(ci, size, c)
         scale[:, ci] = k + alpha / size * (x[:, lo:hi] ** 2).sum(axis=1)
-    return x * scale ** -beta, scale
+    return x * scale**-beta, scale
 
 
 def ref_jacobian_vector(x, dx, size, alpha, beta, k, h=1e-6):
@@ -44,7 +44,7 @@ def ref_backward(dy, x, size, alpha, beta, k):
     y, scale = ref_forward(x, size, alpha, beta, k)
     n, c, hh, ww = x.shape
     dx = np.zeros_like(x)
-    for ci in range(c):          # output channel
+    for ci in range(c):  # output channel
         lo, hi = window(ci, size, c)
         dx[:, ci] += dy[:, ci] * scale[:, ci] ** -beta
         # d y[ci] / d x[cj] through scale[ci], for every cj in window(ci)
@@ -90,7 +90,7 @@ def test_size_one_and_alpha_zero(rng):
     x = rng.standard_normal((1, 3, 2, 2))
     y, scale, _ = _run(x, x, 1, 0.0, 0.75, 2.0)
     np.testing.assert_array_equal(scale, 2.0)
-    assert_close64(y, x * 2.0 ** -0.75)
+    assert_close64(y, x * 2.0**-0.75)
 
 
 def test_bad_arguments():
@@ -113,8 +113,9 @@ def test_float32(rng):
     y_ref, scale_ref = ref_forward(x64, size, alpha, beta, k)
     np.testing.assert_allclose(scale, scale_ref, rtol=1e-6)
     np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(dx, ref_backward(dy64, x64, size, alpha, beta, k),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        dx, ref_backward(dy64, x64, size, alpha, beta, k), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_deterministic(rng):

@@ -14,10 +14,10 @@ from nnmem.kernels.cpu import (
 
 # (n, c, h, w, kh, kw, sh, sw, ph, pw)
 SHAPES = [
-    (2, 3, 6, 6, 2, 2, 2, 2, 0, 0),   # the classic 2x2/2
-    (1, 2, 7, 5, 3, 3, 2, 2, 1, 1),   # batch 1, odd sizes, padding 1
-    (2, 1, 5, 8, 3, 2, 1, 2, 2, 1),   # non-square window, padding 2 (< kh)
-    (1, 2, 4, 4, 4, 4, 1, 1, 0, 0),   # global pooling
+    (2, 3, 6, 6, 2, 2, 2, 2, 0, 0),  # the classic 2x2/2
+    (1, 2, 7, 5, 3, 3, 2, 2, 1, 1),  # batch 1, odd sizes, padding 1
+    (2, 1, 5, 8, 3, 2, 1, 2, 2, 1),  # non-square window, padding 2 (< kh)
+    (1, 2, 4, 4, 4, 4, 1, 1, 0, 0),  # global pooling
 ]
 
 
@@ -36,7 +36,7 @@ def ref_maxpool(x, kh, kw, sh, sw, ph, pw):
         for ci in range(c):
             for i in range(oh):
                 for j in range(ow):
-                    win = xp[b, ci, i * sh: i * sh + kh, j * sw: j * sw + kw]
+                    win = xp[b, ci, i * sh : i * sh + kh, j * sw : j * sw + kw]
                     k = int(np.argmax(win))  # first occurrence
                     p, q = divmod(k, kw)
                     y[b, ci, i, j] = win[p, q]
@@ -51,14 +51,18 @@ def ref_avgpool(x, kh, kw, sh, sw, ph, pw):
     y = np.zeros((n, c, oh, ow))
     for p in range(kh):
         for q in range(kw):
-            y += xp[:, :, p: p + sh * (oh - 1) + 1: sh, q: q + sw * (ow - 1) + 1: sw]
+            y += xp[:, :, p : p + sh * (oh - 1) + 1 : sh, q : q + sw * (ow - 1) + 1 : sw]
     return y / (kh * kw)
 
 
 def _case(rng, shape, dtype=np.float64):
     n, c, h, w, kh, kw, sh, sw, ph, pw = shape
     ysh = pool2d_output_shape(n, c, h, w, kh, kw, sh, sw, ph, pw)
-    return rng.standard_normal((n, c, h, w)).astype(dtype), rng.standard_normal(ysh).astype(dtype), shape[4:]
+    return (
+        rng.standard_normal((n, c, h, w)).astype(dtype),
+        rng.standard_normal(ysh).astype(dtype),
+        shape[4:],
+    )
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -117,7 +121,9 @@ def test_padding_must_be_smaller_than_window():
         pool2d_output_shape(1, 1, 4, 4, 2, 2, 2, 2, 2, 0)
     x = np.zeros((1, 1, 4, 4))
     with pytest.raises(ValueError, match="padding must satisfy"):
-        maxpool2d_forward(np.empty((1, 1, 4, 4)), np.empty((1, 1, 4, 4), np.int32), x, 2, 2, 2, 2, 2, 2)
+        maxpool2d_forward(
+            np.empty((1, 1, 4, 4)), np.empty((1, 1, 4, 4), np.int32), x, 2, 2, 2, 2, 2, 2
+        )
     with pytest.raises(ValueError, match="padding must satisfy"):
         avgpool2d_forward(np.empty((1, 1, 4, 4)), x, 2, 2, 2, 2, 0, 2)
 
