@@ -23,6 +23,9 @@ SAME = "same"
 
 _local = threading.local()  # this thread's training flag and layer-name scope
 
+#: The value of ``autograd.training`` last set by any thread (see _Module).
+training = False
+
 
 class _Module(types.ModuleType):
     """This module, with ``training`` kept per thread.
@@ -30,9 +33,8 @@ class _Module(types.ModuleType):
     ``autograd.training`` is True while training: operators then save what backward needs.
     Model.train()/eval() and SINGA scripts set it. Each thread has its own value, so a
     thread evaluating one model cannot switch off another thread's training; a thread that
-    never set it sees the value last set by any thread (False at first)."""
-
-    _default_training = False
+    never set it sees the value last set by any thread (the module global, False at first).
+    The property shadows that global for readers; setting writes both."""
 
     @property
     def training(self):
@@ -40,14 +42,14 @@ class _Module(types.ModuleType):
 
     @training.setter
     def training(self, value):
-        _local.training = _Module._default_training = bool(value)
+        _local.training = self.__dict__["training"] = bool(value)
 
 
 sys.modules[__name__].__class__ = _Module
 
 
 def _training():
-    return getattr(_local, "training", _Module._default_training)
+    return getattr(_local, "training", training)
 
 
 def _scope():

@@ -69,7 +69,7 @@ class Device:
         # recorder and dry-run switch. Reentrant: a step's own execs take it again.
         self.lock = threading.RLock()
         self._steps_running = 0
-        self.committed = False  # has the running step begun to update its parameters?
+        self.commits = 0  # commit phases begun (a step that began one cannot be rolled back)
         self.recorder = None
         self.memory_samples = None
         self.verbosity, self.skip_iterations, self.iteration = 0, 0, 0
@@ -94,25 +94,24 @@ class Device:
         """One model step: holds the device's lock and, however the step ends, releases the
         blocks deferred by recycling off; a step that returns counts as an iteration."""
         with self.lock:
-            if not self._steps_running:
-                self.committed = False
             self._steps_running += 1
             try:
                 yield
             finally:
                 self._steps_running -= 1
                 if not self._steps_running:
-                    self._release_deferred()
+                    with deferred_interrupts():  # a Ctrl-C here would leak the rest
+                        self._release_deferred()
             self.iteration += 1
 
     @contextlib.contextmanager
     def commit_phase(self):
-        """The step's commit: its parameter updates. From here on the step counts as done
-        (a failure no longer rolls its buffers back), and a Ctrl-C waits for the phase's end.
-        While a step is recorded nothing runs, so nothing is committed."""
-        if self.recorder is None and not self.dry_run:
-            self.committed = True
-        with deferred_interrupts():
+        """The step's commit: its parameter updates. Once it has begun, the step counts as done
+        (a later failure no longer rolls its buffers back: see Model.__call__), and a Ctrl-C
+        waits for the phase's end. While a step is recorded nothing runs: nothing commits."""
+        with deferred_interrupts():  # first: a Ctrl-C now must not find half a commit
+            if self.recorder is None and not self.dry_run:
+                self.commits += 1
             yield
 
     def _release_deferred(self):

@@ -16,7 +16,10 @@ through operators (printing, branching on data) runs only at the recording, wher
 do not exist yet: reading one there raises RecordingReadError.
 """
 
+import contextlib
+import traceback
 from collections.abc import Hashable
+from typing import NamedTuple
 
 from nnmem import autograd, checkpoint
 from nnmem.checkpoint import CheckpointError  # noqa: F401 (re-exported)
@@ -25,6 +28,7 @@ from nnmem.graph.recompute import STRATEGIES
 from nnmem.graph.recorder import Recorder
 from nnmem.layer import Layer
 from nnmem.memory.errors import OutOfMemory
+from nnmem.opt import Optimizer
 from nnmem.tensor import Tensor
 
 
@@ -94,7 +98,8 @@ class Model(Layer):
         self.graph_mode = mode
         if sequential != self.sequential:
             for compiled in self._graphs.values():
-                compiled.compile(sequential)
+                with compiled.device.lock:  # it may move the arena other steps replay in
+                    compiled.compile(sequential)
         self.sequential = sequential
 
     def compiled_step(self, *inputs):
@@ -134,29 +139,38 @@ class Model(Layer):
         dev = _device_of(type(self).__name__, inputs)
         step = self.train_one_batch if self.training else self.forward
         with dev.step():
+            caller_training = autograd.training  # a model called inside another's step
             autograd.training = self.training
-            buffers = self._buffers_before_step() if self.training else ()
+            before = self._before_step(dev) if self.training else None
             try:
                 if not self.graph_mode or dev.recorder is not None:
                     return step(*inputs, **kwargs)  # eager (or inside another model's recording)
                 return self._run_graph(dev, step, inputs, kwargs)
-            except BaseException:
-                if not dev.committed:  # failed before its updates: undo what forward changed
-                    for t, before in buffers:
-                        t.raw[...] = before
+            except BaseException as e:
+                if before is not None and dev.commits == before.commits:
+                    before.restore(self)  # failed before any update: undo the rest
+                if isinstance(e, MemoryError):
+                    # The failed step's tensors are held by the frames of the traceback: drop
+                    # them, so that a retry in the caller's `except` (a smaller batch) has the
+                    # memory. (Locals of those frames are gone from a post-mortem debugger.)
+                    traceback.clear_frames(e.__traceback__)
                 raise
+            finally:
+                autograd.training = caller_training
 
-    def _buffers_before_step(self):
-        """(tensor, copy of its value) for each state a training step changes besides the
-        parameters and the optimizer (BatchNorm's running statistics): a failed step puts
-        them back. Host copies of a few numbers per channel; nothing on a planning device,
-        where they have no value, or before they are written (compile creates them)."""
+    def _before_step(self, dev):
+        """What a failed training step must put back (see _StateBefore)."""
         if self._buffers is None or not self.initialized:  # layers may still be created
             params = set(map(id, self.get_params().values()))
             self._buffers = [t for t in self.get_states().values() if id(t) not in params]
-        return [
-            (t, t.raw.copy()) for t in self._buffers if t.block.allocated and not t.device.virtual
-        ]
+        buffers = list(self._buffers)
+        if dev._rng_state is not None:
+            buffers.append(dev._rng_state)  # dropout's draw counter
+        copies = [(t, t.raw.copy()) for t in buffers if t.block.allocated and not dev.virtual]
+        mark = self.optimizer.state_mark() if isinstance(self.optimizer, Optimizer) else None
+        return _StateBefore(
+            dev.commits, copies, dev.rng, dev.rng.bit_generator.state, mark, len(self._graphs)
+        )
 
     def _graph_key(self, inputs, kwargs=None):
         def key(value):
@@ -203,7 +217,9 @@ class Model(Layer):
         """Write a zip holding tensor_dict.npz (every state as an array) and states_attr.json
         (each state's type, shape and dtype). Overwrites `fpath` atomically: a failed or
         interrupted save leaves the previous file as it was (see nnmem.checkpoint)."""
-        checkpoint.save(fpath, self.get_states(), aux_states or {})
+        states = self.get_states()
+        with _lock_of(states):  # the values of one moment, not of a step half-way
+            checkpoint.save(fpath, states, aux_states or {})
 
     def load_states(self, fpath):
         """Read a checkpoint written by save_states (no pickle is ever loaded); set the model's
@@ -217,7 +233,36 @@ class Model(Layer):
                 "load_states: the model has no parameters yet; call "
                 "model.compile([tx], ...) first so that its layers create them"
             )
-        return checkpoint.load(fpath, mine)
+        with _lock_of(mine):  # not in the middle of another thread's step
+            return checkpoint.load(fpath, mine)
+
+
+class _StateBefore(NamedTuple):
+    """A training step's undo record, for a step that fails before its commit (before any
+    parameter is updated): the values of the buffers forward changes (BatchNorm's running
+    statistics, dropout's draw counter; host copies of a few numbers per channel), the random
+    generator's state (so a failed step draws no mask), and the optimizer state that existed
+    (state made while recording a graph that never got compiled is dropped again)."""
+
+    commits: int
+    copies: list
+    rng: object  # the device's numpy Generator
+    rng_state: dict
+    optimizer_mark: object
+    graphs: int
+
+    def restore(self, model):
+        for t, value in self.copies:
+            t.raw[...] = value
+        self.rng.bit_generator.state = self.rng_state
+        if self.optimizer_mark is not None and len(model._graphs) == self.graphs:
+            model.optimizer.forget_state_since(self.optimizer_mark)
+
+
+def _lock_of(states):
+    """The lock of the device the states live on (no lock for a model without states)."""
+    first = next(iter(states.values()), None)
+    return first.device.lock if first is not None else contextlib.nullcontext()
 
 
 def _device_of(model_name, inputs):

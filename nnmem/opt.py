@@ -42,18 +42,27 @@ class Optimizer:
     def _allocate_state(self, params, device):
         """Create the step counter and every parameter's state before any update runs; if an
         allocation fails, forget the state made here, so the optimizer is as it was."""
-        created_steps = self._steps is None
-        known = set(self.moments)
+        mark = self.state_mark()
         try:
             self._step_tensor(device)
             for param in params:
                 self.state_of(param)
         except BaseException:
-            if created_steps:
-                self._steps = None
-            for param in set(self.moments) - known:
-                del self.moments[param]
+            self.forget_state_since(mark)
             raise
+
+    def state_mark(self):
+        """Which state exists now; forget_state_since(mark) drops what was made after it."""
+        return self._steps is not None, set(self.moments)
+
+    def forget_state_since(self, mark):
+        """Drop the step counter and parameter states made since `mark` (a failed step's):
+        their memory goes back to the pool, and the next step makes them again, zeroed."""
+        had_steps, known = mark
+        if not had_steps:
+            self._steps = None
+        for param in set(self.moments) - known:
+            del self.moments[param]
 
     def state_of(self, param):
         """The optimizer's state for `param` (made, zeroed, on first use); None if it has none."""

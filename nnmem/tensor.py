@@ -116,10 +116,13 @@ class Tensor:
     # switches its graph off for them too), so they allocate and write directly.
     def _host_write(self, write):
         """Allocate (lazily), then let write(array) fill the bytes; on a planning device, which
-        has no bytes, only the allocation happens. Returns self."""
-        self.block.ensure_allocated()
-        if not self.device.virtual:
-            write(self.raw)
+        has no bytes, only the allocation happens. Returns self. Holds the device's lock: a
+        write waits for a step another thread is running, and two threads' first writes to
+        one tensor allocate it once."""
+        with self.device.lock:
+            self.block.ensure_allocated()
+            if not self.device.virtual:
+                write(self.raw)
         return self
 
     def copy_from_numpy(self, np_array, offset=0):
@@ -225,9 +228,11 @@ def from_numpy(np_array, dev=None):
 
 
 def to_numpy(t):
-    """A NumPy copy of the tensor's data (a copy: the pool may reuse the bytes later)."""
-    t.block.check_written()
-    return t.raw.copy()
+    """A NumPy copy of the tensor's data (a copy: the pool may reuse the bytes later), taken
+    between steps when another thread is running one on the device."""
+    with t.device.lock:
+        t.block.check_written()
+        return t.raw.copy()
 
 
 def zeros_like(t):

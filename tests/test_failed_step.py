@@ -358,6 +358,7 @@ def test_evaluating_in_one_thread_does_not_switch_off_training_in_another(fast_t
     data = batches((4, 1, 8, 8), 8, seed=4)
     expected = train_alone(False, 0, data)
     dev, m, tx, ty = setup(False, seed=0)
+    autograd.training = False  # m(...) switches it on for its step only
     other = BNNet()
     x = tensor.from_numpy(data[0][0], device.create_cpu_device("16MiB"))
     other.compile([x], is_train=False)
@@ -379,7 +380,7 @@ def test_evaluating_in_one_thread_does_not_switch_off_training_in_another(fast_t
         stop.set()
         thread.join()
     assert not errors, errors
-    assert autograd.training  # this thread's flag: m(...) set it
+    assert autograd.training is False  # this thread's own value, put back after each step
     assert losses == expected[0]
     assert_same(snapshot(m), expected[1])
 
@@ -412,3 +413,193 @@ def test_the_pool_survives_threads_allocating_and_freeing_at_once(fast_thread_sw
     assert stats["allocated_bytes.current"] == 0 and stats["active_blocks"] == 0
     assert pool.segments() == [(0, pool.capacity, True)]
     assert stats["num_allocs"] == stats["num_frees"]
+
+
+# -- review findings ----------------------------------------------------------------------------
+class Teacher(BNNet):
+    pass
+
+
+class Student(BNNet):
+    """Distillation: a teacher in inference mode is called inside the student's step."""
+
+    def __init__(self, teacher):
+        super().__init__()
+        self.teacher = teacher
+
+    def train_one_batch(self, x, y):
+        self.teacher(x)  # eval() mode: it must not switch off the student's autograd
+        return super().train_one_batch(x, y)
+
+
+def test_a_model_called_inside_another_models_step_keeps_the_callers_training():
+    for use_graph in (False, True):
+        dev, _, tx, ty = setup(use_graph)
+        teacher = Teacher()
+        teacher.compile([tx], is_train=False)
+        teacher.eval()
+        student = Student(teacher)
+        student.set_optimizer(opt.SGD(lr=0.1))
+        student.compile([tx], is_train=True, use_graph=use_graph)
+        autograd.training = False
+        _, loss = step(student, tx, ty, DATA[1])
+        assert np.isfinite(tensor.to_numpy(loss)).all()
+        assert autograd.training is False  # the caller's value, put back
+
+
+class MetricAfterUpdate(BNNet):
+    """Computes a second loss after the optimizer: in eager mode it runs after the commit."""
+
+    def train_one_batch(self, x, y):
+        out, loss = super().train_one_batch(x, y)
+        self.loss(out, self._check_labels)
+        return out, loss
+
+
+def test_work_after_the_commit_that_fails_leaves_the_step_applied_in_eager_mode():
+    dev, m, tx, ty = setup(False)
+    reference = setup(False)
+    m.__class__ = MetricAfterUpdate
+    m._check_labels = tensor.from_numpy(np.full(4, 99, np.int32), dev)  # out of range
+    fail_and_forget(lambda: step(m, tx, ty, DATA[1]), ValueError)
+    step(*reference[1:], DATA[1])
+    assert_same(snapshot(m), snapshot(reference[1]))  # whole step: parameters and statistics
+
+
+def test_an_interrupt_while_the_arena_grows_leaves_it_on_live_bytes():
+    dev, a, tx, ty = setup(True)
+    step(a, tx, ty, DATA[0])
+    big = BNNet()
+    big.set_optimizer(opt.SGD(lr=0.1))
+    bx = tensor.PlaceHolder((16, 1, 8, 8), dev)
+    by = tensor.PlaceHolder((16,), dev, tensor.int32)
+    big.compile([bx], is_train=True, use_graph=True)
+    bx.set_value(0)
+    by.set_value(0)
+    original = dev.pool.alloc
+
+    def interrupted(nbytes, owner=None):
+        if owner == dev.graph_arena.OWNER and not interrupted.done:
+            interrupted.done = True  # one Ctrl-C, while the arena moves
+            raise KeyboardInterrupt
+        return original(nbytes, owner)
+
+    interrupted.done = False
+
+    dev.pool.alloc = interrupted
+    fail_and_forget(lambda: big(bx, by), KeyboardInterrupt)
+    dev.pool.alloc = original
+    assert dev.graph_arena.offset in {offset for offset, _, _ in dev.pool.live_blocks()}
+    bystander = tensor.Tensor((1024,), dev).set_value(7.0)  # would land on freed arena bytes
+    assert (tensor.to_numpy(bystander) == 7.0).all()
+
+
+def test_a_retry_inside_except_out_of_memory_gets_the_memory_back():
+    dev = device.create_cpu_device("3MiB")
+    m = BNNet()
+    m.set_optimizer(opt.SGD(lr=0.1))
+    big = tensor.PlaceHolder((64, 1, 28, 28), dev)
+    big.copy_from_numpy(np.zeros((64, 1, 28, 28), np.float32))
+    m.compile([big], is_train=True)
+    labels = tensor.from_numpy(np.zeros(64, np.int32), dev)
+    small = tensor.from_numpy(np.zeros((32, 1, 28, 28), np.float32), dev)
+    small_labels = tensor.from_numpy(np.zeros(32, np.int32), dev)
+    try:
+        m(big, labels)
+    except OutOfMemory:
+        m(small, small_labels)  # a smaller batch, while the exception is still alive
+    else:
+        raise AssertionError("the big batch was expected not to fit")
+
+
+def test_a_first_graph_step_that_does_not_fit_keeps_no_optimizer_state():
+    dev = device.create_cpu_device("1MiB")  # the parameters fit, the step's arena does not
+    m = BNNet()
+    m.set_optimizer(opt.SGD(lr=0.1, momentum=0.9))
+    tx = tensor.PlaceHolder((64, 1, 28, 28), dev)
+    ty = tensor.PlaceHolder((64,), dev, tensor.int32)
+    m.compile([tx], is_train=True, use_graph=True)
+    tx.set_value(0)
+    ty.set_value(0)
+    allocated = dev.memory_stats()["allocated_bytes.current"]
+    fail_and_forget(lambda: m(tx, ty), OutOfMemory)
+    assert m.optimizer.moments == {} and m.optimizer.step_counter == 0
+    assert dev.memory_stats()["allocated_bytes.current"] == allocated
+
+
+class DropNet(BNNet):
+    def __init__(self):
+        super().__init__()
+        self.drop = layer.Dropout(0.5)
+
+    def forward(self, x):
+        return self.fc2(self.drop(self.relu(self.fc1(self.flat(self.pool(self.conv(x)))))))
+
+
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_a_failed_step_draws_no_dropout_mask(use_graph):
+    runs = []
+    for fail in (False, True):
+        dev = device.create_cpu_device("64MiB")
+        dev.SetRandSeed(0)
+        m = DropNet()
+        m.set_optimizer(opt.SGD(lr=0.1, momentum=0.9))
+        tx = tensor.PlaceHolder((4, 1, 8, 8), dev)
+        ty = tensor.PlaceHolder((4,), dev, tensor.int32)
+        m.compile([tx], is_train=True, use_graph=use_graph)
+        step(m, tx, ty, DATA[0])
+        if fail:
+            bad = (DATA[1][0], np.full_like(DATA[1][1], 10))
+            fail_and_forget(lambda: step(m, tx, ty, bad), ValueError)
+        step(m, tx, ty, DATA[1])
+        runs.append(snapshot(m))
+    assert_same(runs[0], runs[1])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT is raised with signal.raise_signal")
+def test_ctrl_c_while_a_step_releases_its_blocks_leaks_nothing():
+    dev, m, tx, ty = setup(False)
+    dev.recycle = False
+    step(m, tx, ty, DATA[0])
+    allocated = dev.memory_stats()["allocated_bytes.current"]
+    original, frees = dev.pool.free, []
+
+    def free(offset):
+        frees.append(offset)
+        if len(frees) == 3:  # the end of the step is releasing the kept blocks
+            signal.raise_signal(signal.SIGINT)
+        return original(offset)
+
+    dev.pool.free = free
+    fail_and_forget(lambda: step(m, tx, ty, DATA[1]), KeyboardInterrupt)
+    dev.pool.free = original
+    assert len(frees) > 3
+    assert dev.memory_stats()["allocated_bytes.current"] == allocated
+
+
+def test_two_threads_first_writes_to_one_tensor_allocate_it_once(fast_thread_switches):
+    dev = device.create_cpu_device("16MiB")
+
+    def first_write(t, together, value):
+        together.wait()  # both threads at the tensor's first write at once
+        t.set_value(value)
+
+    for _ in range(200):
+        t, together = tensor.Tensor((1024,), dev), threading.Barrier(2)
+        threads = [threading.Thread(target=first_write, args=(t, together, v)) for v in (1, 2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert dev.memory_stats()["active_blocks"] == 1
+        del t
+    assert dev.memory_stats()["allocated_bytes.current"] == 0
+
+
+def test_patching_training_in_a_test_puts_the_value_back():
+    from unittest import mock
+
+    autograd.training = True
+    with mock.patch.object(autograd, "training", False):
+        assert autograd.training is False
+    assert autograd.training is True

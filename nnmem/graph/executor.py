@@ -80,7 +80,7 @@ class CompiledStep:
         self.persistent_bytes = stats["allocated_bytes.current"] - arena.size
         try:
             arena.join(self, self.layout.arena_bytes)
-        except MemoryError:
+        except BaseException:  # out of memory, or anything else: the old layout, as it was
             if previous["layout"] is None:  # the first layout: nothing to go back to
                 raise
             for key, value in previous.items():

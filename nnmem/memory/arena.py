@@ -8,6 +8,8 @@ can use the same bytes: the arena is as large as the largest plan, not their sum
 
 import weakref
 
+from nnmem.interrupts import deferred_interrupts
+
 
 class SharedArena:
     def __init__(self, pool):
@@ -37,20 +39,22 @@ class SharedArena:
     OWNER = "graph arena (shared by compiled steps)"
 
     def _resize(self, nbytes):
-        """Move to a block of `nbytes`. If the pool cannot serve it, the old size is allocated
-        again (its bytes were just freed, so it fits), possibly at another offset, and the
-        users are placed there before the error goes on: none is left on freed bytes."""
-        if self.offset is not None:
-            self.pool.free(self.offset)
-        try:
-            self.offset = self.pool.alloc(nbytes, owner=self.OWNER)
-        except MemoryError:
+        """Move to a block of `nbytes`. If the pool cannot serve it (or anything fails), the
+        old size is allocated again (its bytes were just freed, so it fits), possibly at
+        another offset, and the users are placed there before the error goes on: none is left
+        on freed bytes. A Ctrl-C waits for the move to end, for the same reason."""
+        with deferred_interrupts():
             if self.offset is not None:
-                self.offset = self.pool.alloc(self.size, owner=self.OWNER)
-                for user in list(self._users):
-                    user.place(self.offset)
-            raise
-        self.size = nbytes
+                self.pool.free(self.offset)
+            try:
+                self.offset = self.pool.alloc(nbytes, owner=self.OWNER)
+            except BaseException:  # out of memory, or any other failure: back to the old size
+                if self.offset is not None:
+                    self.offset = self.pool.alloc(self.size, owner=self.OWNER)
+                    for user in list(self._users):
+                        user.place(self.offset)
+                raise
+            self.size = nbytes
 
     def _release_if_unused(self):
         if self.offset is not None and not any(True for _ in self._users):
