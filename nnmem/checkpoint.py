@@ -3,9 +3,12 @@ state) and ``states_attr.json`` (each state's type, shape and dtype).
 
 Saving is atomic: the zip is written to a temporary file beside the target and renamed over
 it only once it is complete and on disk, so a failed or interrupted save leaves the previous
-checkpoint as it was.
+checkpoint as it was. A symbolic link is saved through (its final target is replaced, the link
+kept), and an existing checkpoint keeps its permission bits.
 
 Loading is all or nothing, and its memory is bounded by what the model expects:
+0. the path must name a regular file (a FIFO would block, /dev/zero would never end), and the
+   zip members read must be stored or deflated, without encryption;
 1. states_attr.json (at most MAX_ATTRS_BYTES) is checked first: every entry well formed, the
    model states matching the model's shapes and dtypes, the auxiliary states of a dtype a
    tensor can hold and small enough for the device pool's free bytes;
@@ -25,6 +28,7 @@ import math
 import os
 import secrets
 import shutil
+import stat
 import struct
 import tempfile
 import zipfile
@@ -52,6 +56,12 @@ _ZIP_END_RECORDS = 2**16 + 1024  # end-of-archive records, and a comment of at m
 _SPOOL_IN_MEMORY = 16 * 2**20  # a tensor_dict.npz larger than this is spooled to a temp file
 _CHUNK = 2**20  # bytes copied at a time
 _FIX = "give a file written by Model.save_states"
+# What np.savez, np.savez_compressed and save write: a member stored otherwise (PPMd, Deflate64,
+# ...) or encrypted is foreign, and zipfile cannot read it anyway.
+_COMPRESSIONS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
+# General purpose flag bits zipfile cannot read: 0 encrypted, 5 patched data, 6 strong encryption.
+_UNREADABLE_FLAGS = {0x1: "encrypted", 0x20: "compressed patched data", 0x40: "strongly encrypted"}
+_TEMP_PREFIX, _TEMP_SUFFIX = ".nnmem-save-", ".tmp"
 
 
 class CheckpointError(ValueError):
@@ -98,8 +108,12 @@ def save(fpath, model_states, aux_states):
 
 def _write_zip_atomically(fpath, members):
     """Write a zip of `members` ({name: bytes or str}) to a temporary file beside `fpath`,
-    flush it to disk, then rename it over `fpath` (a rename is atomic on one file system)."""
-    tmp_path, f = _create_beside(os.fspath(fpath))
+    flush it to disk, then rename it over `fpath` (a rename is atomic on one file system).
+
+    A symbolic link is followed: its final target is what gets replaced, so the link stays a
+    link to the new checkpoint."""
+    target = os.path.realpath(_checked_path("save_states", fpath))
+    tmp_path, f = _create_beside(target)
     try:
         with f:
             with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -107,21 +121,48 @@ def _write_zip_atomically(fpath, members):
                     zf.writestr(name, data)
             f.flush()
             os.fsync(f.fileno())  # on disk before the rename: a crash cannot leave a short file
-        os.replace(tmp_path, fpath)
+        os.replace(tmp_path, target)
     except BaseException:  # KeyboardInterrupt too: the old checkpoint stays, no debris is left
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp_path)
         raise
 
 
-def _create_beside(fpath):
-    """A new, uniquely named hidden file in `fpath`'s folder, open for writing: (path, file).
+def _checked_path(caller, fpath, alternative=""):
+    """`fpath` (str, bytes or os.PathLike) as a str; TypeError naming the argument otherwise."""
+    try:
+        return os.fsdecode(fpath)
+    except TypeError:
+        raise TypeError(
+            f"{caller}: fpath must be a path (str, bytes or os.PathLike){alternative}, "
+            f"not {type(fpath).__name__}"
+        ) from None
 
-    It gets the permissions open() would give the checkpoint itself (0o666 less the umask),
-    which tempfile.mkstemp would narrow to 0o600."""
-    folder, name = os.path.split(os.path.abspath(fpath))
-    tmp_path = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+
+def _create_beside(target):
+    """A new, uniquely named hidden file in `target`'s folder, open for writing: (path, file).
+
+    Its name is short (not derived from the target's: a target name near the file system's
+    limit would make it too long). It gets the permission bits of the file it will replace if
+    there is one, else those open() would give the checkpoint (0o666 less the umask), which
+    tempfile.mkstemp would narrow to 0o600."""
+    folder = os.path.dirname(os.path.abspath(target))
+    try:
+        existing = os.stat(target)
+        mode = stat.S_IMODE(existing.st_mode) if stat.S_ISREG(existing.st_mode) else None
+    except OSError:
+        mode = None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    tmp_path = os.path.join(folder, f"{_TEMP_PREFIX}{secrets.token_hex(8)}{_TEMP_SUFFIX}")
+    fd = os.open(tmp_path, flags, 0o666)
+    try:
+        if mode is not None:  # set after creation, so that the umask does not narrow it
+            os.chmod(fd if os.chmod in os.supports_fd else tmp_path, mode)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp_path)
+        raise
     return tmp_path, os.fdopen(fd, "wb")
 
 
@@ -134,6 +175,8 @@ def load(fpath, model_states):
     state is written: on any error (CheckpointError, or OutOfMemory for the auxiliary
     tensors) the model is as it was.
     """
+    if not (hasattr(fpath, "read") and hasattr(fpath, "seek")):  # an open binary file is read
+        fpath = _checked_path("load_states", fpath, " or an open binary file")
     dev = next(iter(model_states.values())).device
     arrays, states = _read_checked(fpath, model_states, dev)
     for name, state in states.items():
@@ -154,23 +197,89 @@ def _read_checked(fpath, model_states, dev):
     """The checkpoint's arrays {name: ndarray} and entries {name: _State}, every one checked
     against the model and the device; CheckpointError naming the first problem otherwise."""
     try:
-        with zipfile.ZipFile(fpath) as zf:
+        with _opened(fpath) as f, zipfile.ZipFile(f) as zf:
             names = set(zf.namelist())
             if not {TENSOR_DICT_FILENAME, STATES_ATTR_FILENAME} <= names:
                 raise CheckpointError(
                     f"{fpath}: a zip without {TENSOR_DICT_FILENAME} and "
                     f"{STATES_ATTR_FILENAME}; {_FIX}"
                 )
+            for name in (STATES_ATTR_FILENAME, TENSOR_DICT_FILENAME):
+                _check_member(fpath, zf.getinfo(name))
             states = _parse_attrs(fpath, _read_attrs(fpath, zf))
             _check_model_states(fpath, states, model_states)
             _check_aux_states(fpath, states, dev)
             return _read_arrays(fpath, zf, states), states
     except CheckpointError:
         raise
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError, zlib.error) as e:
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        EOFError,
+        ValueError,
+        KeyError,
+        zlib.error,
+        NotImplementedError,  # what zipfile raises for a feature it lacks (checked above)
+    ) as e:
         raise CheckpointError(
             f"{fpath}: not a readable checkpoint ({type(e).__name__}: {e}); {_FIX}"
         ) from e
+
+
+def _opened(fpath):
+    """A context manager giving the checkpoint as a binary file: `fpath` itself if it is one,
+    else the file at the path `fpath`, which must be a regular file (stat follows symlinks).
+
+    Anything else is refused before it is opened: a FIFO would block, a device such as
+    /dev/zero would be read without end. The path is opened without blocking (a FIFO put in
+    its place meanwhile cannot hang), and checked again once open."""
+    if not isinstance(fpath, str):
+        return contextlib.nullcontext(fpath)
+    _check_regular(fpath, os.stat(fpath))
+    nonblocking = getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(fpath, os.O_RDONLY | getattr(os, "O_BINARY", 0) | nonblocking)
+    try:
+        _check_regular(fpath, os.fstat(fd))
+        if nonblocking:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _check_regular(fpath, st):
+    """CheckpointError unless `st` (an os.stat result) is that of a regular file."""
+    if stat.S_ISREG(st.st_mode):
+        return
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    kind = next((what for test, what in kinds if test(st.st_mode)), "not a file")
+    raise _unreadable(fpath, f"it is {kind}, not a regular file")
+
+
+def _check_member(fpath, info, container=None):
+    """A zip member that zipfile reads without a password: stored or deflated, not encrypted."""
+    where = _short(info.filename) + (f" in {container}" if container else "")
+    flags = [what for bit, what in _UNREADABLE_FLAGS.items() if info.flag_bits & bit]
+    if flags:
+        raise _unreadable(
+            fpath,
+            f"{where} is {' and '.join(flags)} (zip flag bits {info.flag_bits:#06x}), "
+            "which zipfile cannot read and Model.save_states never writes",
+        )
+    if info.compress_type not in _COMPRESSIONS:
+        raise _unreadable(
+            fpath,
+            f"{where} uses zip compression method {info.compress_type}, where a checkpoint's "
+            f"members are {' or '.join(_COMPRESSIONS.values())} "
+            f"(methods {', '.join(map(str, _COMPRESSIONS))})",
+        )
 
 
 def _unreadable(fpath, problem):
@@ -343,6 +452,8 @@ def _npy_members(fpath, npz, states):
             f"{fpath}: {STATES_ATTR_FILENAME} and {TENSOR_DICT_FILENAME} list "
             f"different tensors; the file is corrupt or foreign; {_FIX}"
         )
+    for info in infos:
+        _check_member(fpath, info, TENSOR_DICT_FILENAME)
     return members
 
 

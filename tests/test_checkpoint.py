@@ -9,6 +9,9 @@ import errno
 import io
 import json
 import os
+import struct
+import subprocess
+import sys
 import tracemalloc
 import zipfile
 
@@ -18,6 +21,11 @@ import pytest
 from nnmem import device, layer, model, tensor
 from nnmem.memory.errors import OutOfMemory
 from nnmem.model import CheckpointError
+
+try:
+    import resource
+except ImportError:  # not on Windows, where the tests that use it are skipped
+    resource = None
 
 MiB = 2**20
 
@@ -403,3 +411,171 @@ def test_an_npz_member_that_is_not_npy_gets_a_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match=r"holds \['fc1\.W'\], which are not \.npy arrays"):
         m.load_states(path)
     assert_bit_identical(m, before)
+
+
+def with_zip_headers(data, flag_bits=0, method=None):
+    """The zip `data` with every member's general purpose flags or'ed with `flag_bits` and its
+    compression method set to `method`, in its local header and in the central directory."""
+    out = bytearray(data)
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        flags_at = [info.header_offset + 6 for info in zf.infolist()]  # local headers
+        entry = zf.start_dir
+        for _ in zf.infolist():  # central directory entries
+            flags_at.append(entry + 8)
+            name, extra, comment = struct.unpack_from("<HHH", out, entry + 28)
+            entry += 46 + name + extra + comment
+    for at in flags_at:
+        struct.pack_into("<H", out, at, struct.unpack_from("<H", out, at)[0] | flag_bits)
+        if method is not None:
+            struct.pack_into("<H", out, at + 2, method)
+    return bytes(out)
+
+
+@pytest.mark.parametrize("where", ["states_attr.json", "npz-member"])
+@pytest.mark.parametrize(
+    "flag_bits, method, message",
+    [
+        (0x1, None, r"is encrypted \(zip flag bits 0x0001\)"),
+        (0x40, None, "is strongly encrypted"),
+        (0, 98, "uses zip compression method 98"),  # PPMd
+        (0, 9, "uses zip compression method 9"),  # Deflate64
+    ],
+    ids=["encrypted", "strong-encryption", "ppmd", "deflate64"],
+)
+def test_an_encrypted_or_oddly_compressed_member_gets_a_clear_error(
+    tmp_path, where, flag_bits, method, message
+):
+    dev, m = compiled_mlp()
+    arrays = states_of(compiled_mlp(seed=5)[1])
+    npz = npz_of(arrays)
+    if where == "npz-member":
+        npz = with_zip_headers(npz, flag_bits, method)
+        message = r"'fc\d\.[Wb]\.npy' in tensor_dict\.npz " + message
+    path = write_checkpoint(tmp_path / "c.zip", attrs_of(arrays), npz)
+    if where == "states_attr.json":
+        data = with_zip_headers((tmp_path / "c.zip").read_bytes(), flag_bits, method)
+        (tmp_path / "c.zip").write_bytes(data)
+        message = r"'(states_attr\.json|tensor_dict\.npz)' " + message
+    before = states_of(m)
+    with pytest.raises(CheckpointError, match=message) as info:
+        m.load_states(path)  # not zipfile's RuntimeError or NotImplementedError
+    assert "not a readable checkpoint" in str(info.value)
+    assert_bit_identical(m, before)
+
+
+# -- paths ---------------------------------------------------------------------------------------
+def test_load_states_takes_bytes_and_path_objects_and_names_fpath_for_none(tmp_path):
+    dev, m = compiled_mlp()
+    path = tmp_path / "ckpt.zip"
+    m.save_states(os.fsencode(path))  # bytes, as open() takes them
+    assert os.listdir(tmp_path) == ["ckpt.zip"]
+    for given in (os.fsencode(path), path, str(path)):
+        _, other = compiled_mlp(seed=5)
+        other.load_states(given)
+        assert_bit_identical(other, states_of(m))
+    with pytest.raises(TypeError, match=r"load_states: fpath must be a path .*not NoneType"):
+        m.load_states(None)
+    with pytest.raises(TypeError, match=r"save_states: fpath must be a path .*not NoneType"):
+        m.save_states(None)
+    assert os.listdir(tmp_path) == ["ckpt.zip"]
+
+
+LOAD_IN_A_CHILD = """
+import sys
+import numpy as np
+from nnmem import device, tensor
+from nnmem.checkpoint import CheckpointError, load
+w = tensor.from_numpy(np.zeros(3, np.float32), device.create_cpu_device("1MiB"))
+try:
+    load(sys.argv[1], {"w": w})
+except CheckpointError as e:
+    print("CheckpointError:", e)
+"""
+
+
+def load_in_a_child(path):
+    """The output of loading `path` in a Python child limited to 1 GiB of address space and
+    30 seconds, so that a load that never ends cannot hang or exhaust the test run."""
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))
+
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_IN_A_CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=limit_memory,
+    )
+    return result.stdout + result.stderr
+
+
+@pytest.mark.skipif(os.name != "posix", reason="FIFOs, /dev/zero and rlimits are POSIX")
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "link-to-dev-zero", "directory"])
+def test_a_path_that_is_not_a_regular_file_is_refused_unopened(tmp_path, kind):
+    path = tmp_path / "ckpt.zip"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it to read would block until a writer comes
+        expected = "it is a FIFO (named pipe), not a regular file"
+    elif kind == "directory":
+        path.mkdir()
+        expected = "it is a directory, not a regular file"
+    else:
+        expected = "it is a character device, not a regular file"
+        if kind == "dev-zero":  # reading it never ends
+            path = "/dev/zero"
+        else:
+            path.symlink_to("/dev/zero")
+    output = load_in_a_child(path)
+    assert f"CheckpointError: {path}: not a readable checkpoint: {expected}" in output, output
+
+
+# -- saving through links, keeping modes, long names ----------------------------------------------
+@pytest.mark.skipif(os.name != "posix", reason="symbolic links need privileges on Windows")
+def test_a_save_through_a_symlink_replaces_its_target_and_keeps_the_link(tmp_path):
+    dev, m = compiled_mlp()
+    real = tmp_path / "runs" / "real.ckpt"
+    real.parent.mkdir()
+    m.save_states(str(real))
+    link = tmp_path / "latest.ckpt"
+    link.symlink_to(os.path.join("runs", "real.ckpt"))  # relative, as `ln -s` makes them
+    _, newer = compiled_mlp(seed=5)
+    newer.save_states(str(link))
+    assert link.is_symlink() and os.readlink(link) == os.path.join("runs", "real.ckpt")
+    _, other = compiled_mlp(seed=7)
+    other.load_states(str(real))
+    assert_bit_identical(other, states_of(newer))
+    assert sorted(os.listdir(tmp_path)) == ["latest.ckpt", "runs"]
+    assert os.listdir(real.parent) == ["real.ckpt"]  # no temporary file left
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes and umask are POSIX")
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o664])
+def test_overwriting_a_checkpoint_keeps_its_permission_bits(tmp_path, mode):
+    dev, m = compiled_mlp()
+    path = tmp_path / "ckpt.zip"
+    previous = os.umask(0o022)
+    try:
+        m.save_states(str(path))
+        path.chmod(mode)
+        m.save_states(str(path))
+    finally:
+        os.umask(previous)
+    assert path.stat().st_mode & 0o777 == mode
+
+
+def test_a_checkpoint_name_near_the_file_systems_limit_can_be_saved(tmp_path):
+    try:
+        name_max = os.pathconf(tmp_path, "PC_NAME_MAX")
+    except (AttributeError, OSError, ValueError):
+        name_max = 255
+    if name_max < 249:
+        pytest.skip(f"this file system allows names of {name_max} characters")
+    name = "c" * 245 + ".zip"  # 249 characters: the temporary file's name must be shorter
+    dev, m = compiled_mlp()
+    m.save_states(str(tmp_path / name))
+    m.save_states(str(tmp_path / name))
+    assert os.listdir(tmp_path) == [name]
+    _, other = compiled_mlp(seed=5)
+    other.load_states(str(tmp_path / name))
+    assert_bit_identical(other, states_of(m))

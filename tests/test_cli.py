@@ -1,13 +1,14 @@
 """nnmem train and nnmem plan: they run, report, and answer bad input on one line, never with
 a traceback."""
 
+import importlib.util
 import json
 import re
 
 import numpy as np
 import pytest
 
-from nnmem import device, tensor
+from nnmem import device, planning, tensor
 from nnmem.cli import main
 from nnmem.cli import plan as plan_command
 from nnmem.cli import train as train_command
@@ -319,3 +320,149 @@ def test_evaluation_pads_the_last_batch_and_counts_only_real_samples():
     logits = tensor.to_numpy(model(tensor.from_numpy(x, dev)))
     expected = float(np.mean(logits.argmax(axis=1) == y))
     assert train_command.evaluate(model, tx, x, y) == expected
+
+
+# -- --timeline: matplotlib checked first, a .png path only ----------------------------------
+
+
+def test_timeline_without_matplotlib_is_refused_before_any_work(capsys, monkeypatch):
+    find_spec = importlib.util.find_spec
+
+    def without_matplotlib(name, *args, **kwargs):
+        return None if name == "matplotlib" else find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_matplotlib)
+    monkeypatch.setattr(train_command, "load", lambda name: pytest.fail("loaded the data first"))
+    argv = ["train", "--model", "mlp", "--epochs", "1", "--max-batches", "1"]
+    assert main(argv + ["--timeline", "timeline.png"]) == 2
+    line = one_line_error(capsys)
+    assert "--timeline" in line and "matplotlib" in line
+    assert 'pip install "nnmem[plot]"' in line and "pip install matplotlib" in line
+
+
+@pytest.mark.parametrize("name", ["timeline", "timeline.json", "timeline.pdf", "timeline."])
+def test_timeline_takes_a_png_path_only(capsys, tmp_path, name):
+    path = tmp_path / name
+    argv = ["train", "--model", "mlp", "--epochs", "1", "--max-batches", "1"]
+    assert main(argv + ["--timeline", str(path)]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("nnmem train: error: argument --timeline: ") and ".png" in line
+    assert str(tmp_path / "timeline.png") in line  # the name to use instead
+    assert list(tmp_path.iterdir()) == []  # refused before anything ran or was written
+
+
+def test_timeline_in_a_missing_folder_is_refused_before_any_work(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(train_command, "load", lambda name: pytest.fail("loaded the data first"))
+    assert main(["train", "--timeline", str(tmp_path / "missing" / "t.png")]) == 2
+    line = one_line_error(capsys)
+    assert "--timeline" in line and "does not exist" in line
+
+
+def test_timeline_names_the_files_it_wrote(capsys, tmp_path):
+    png = tmp_path / "t.PNG"  # any case: matplotlib reads the extension case-blind
+    argv = ["train", "--model", "mlp", "--epochs", "1", "--max-batches", "1"]
+    assert main(argv + ["--timeline", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert f"timeline written to {png} (data: {tmp_path / 't.json'})" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.PNG", "t.json"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- models that need larger images than the data set's ---------------------------------------
+
+
+def test_alexnet_on_the_digits_is_refused_saying_no_data_set_fits(capsys, monkeypatch):
+    monkeypatch.setattr(train_command, "create_device", lambda args: pytest.fail("built a device"))
+    assert main(["train", "--model", "alexnet"]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("nnmem train: error: argument --model: alexnet needs images of at ")
+    assert "67x67" in line and "3x227x227" in line and "1x28x28" in line
+    assert "none of the data sets" in line and "cifar10:DIR 3x32x32" in line
+
+
+def test_vgg16_on_the_digits_is_refused_naming_cifar10(capsys, monkeypatch):
+    monkeypatch.setattr(train_command, "create_device", lambda args: pytest.fail("built a device"))
+    assert main(["train", "--model", "vgg16"]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("nnmem train: error: argument --model: vgg16 needs images of at ")
+    assert "32x32" in line and "3x224x224" in line and "--data cifar10:DIR" in line
+
+
+def test_plan_refuses_an_input_too_small_for_the_model(capsys):
+    assert main(["plan", "--model", "vgg16", "--input", "3x28x28"]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("nnmem plan: error: argument --input: vgg16") and "3x224x224" in line
+
+
+@pytest.mark.parametrize("name", ["alexnet", "vgg16"])
+def test_the_smallest_images_are_the_models_own(name):
+    size = train_command.SMALLEST_IMAGE[name]  # pooling shrinks anything smaller to nothing
+    assert planning.plan(create_model(name, width=0.05), (2, 3, size, size)).nodes > 0
+    with pytest.raises(ValueError, match="does not fit"):
+        planning.plan(create_model(name, width=0.05), (2, 3, size - 1, size - 1))
+
+
+# -- Ctrl-C: one line, exit status 130 --------------------------------------------------------
+
+
+def interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def run_until_interrupted(argv):
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped main() with a traceback")
+
+
+def test_ctrl_c_during_train_is_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(train_command, "train_epoch", interrupt)
+    assert run_until_interrupted(["train", "--model", "mlp", "--epochs", "1"]) == 130
+    assert one_line_error(capsys) == "nnmem train: interrupted"
+
+
+def test_ctrl_c_during_plan_is_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(plan_command, "plan", interrupt)
+    assert run_until_interrupted(["plan", "--model", "mlp"]) == 130
+    assert one_line_error(capsys) == "nnmem plan: interrupted"
+
+
+# -- a step larger than the planning device: one line, not the pool's report ------------------
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--model", "cnn", "--input", "1x99999999x99999999"],
+        ["--model", "mlp", "--input", "99999999999999999999"],
+        ["--model", "resnet", "--width", "1e300"],
+        ["--model", "alexnet", "--width", "1e308"],  # channels overflow to infinity
+    ],
+)
+def test_a_step_too_large_to_plan_is_one_line(capsys, flags):
+    assert main(["plan"] + flags) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("nnmem plan: error: a training step of ")
+    assert "the input or --width is too large" in line
+    assert "create_cpu_device" not in line
+
+
+def test_a_step_larger_than_the_planning_device_names_its_size(capsys):
+    assert main(["plan", "--model", "cnn", "--input", "1x99999999x99999999"]) == 2
+    assert "needs more than the planning device's 1.0 PiB" in one_line_error(capsys)
+
+
+def test_find_batch_passes_over_steps_too_large_to_plan(capsys):
+    # batches of 2**20 such images need far more than the planning device's 1 PiB
+    argv = ["plan", "--model", "cnn", "--input", "1x8000x8000", "--find-batch"]
+    assert main(argv + ["--budget", "1000TiB"]) == 0
+    out = capsys.readouterr().out
+    batch = int(re.search(r"largest batch that fits 1000\.0 TiB: (\d+)\n", out).group(1))
+    assert 1 < batch < plan_command.MAX_SEARCH_BATCH
+    assert f"CNN, input {batch}x1x8000x8000" in out
+
+
+def test_small_widths_still_plan(capsys):
+    assert main(["plan", "--model", "resnet", "--width", "1e-9"]) == 0
+    assert "ResNet, input 64x1x28x28" in capsys.readouterr().out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import tracemalloc
 
 import numpy as np
@@ -285,6 +286,51 @@ def test_wrong_sized_huge_files_are_refused_from_their_size_unread(tmp_path):
     )
 
 
+def _idx_header(code: int, dims) -> bytes:
+    """An IDX header announcing `dims` (any number of them, each < 2**32) of type `code`."""
+    return bytes([0, 0, code, len(dims)]) + np.asarray(dims, ">u4").tobytes()
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["raw", "gz"])
+@pytest.mark.parametrize("ndim", [65, 255])
+def test_read_idx_refuses_more_dimensions_than_numpy_allows(tmp_path, ndim, compress):
+    payload = _idx_header(0x08, [1] * ndim) + b"\x07"  # one value, honest otherwise
+    path = tmp_path / "many-dims"
+    path.write_bytes(gzip.compress(payload) if compress else payload)
+    expected = (
+        rf"many-dims: the IDX header says {ndim} dimensions \(byte 3\), more than the (32|64)"
+    )
+    with pytest.raises(DataFormatError, match=expected) as info:  # not numpy's ValueError
+        read_idx(path)
+    assert "How to fix it" in str(info.value)
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["raw", "gz"])
+@pytest.mark.parametrize(
+    "code, dims",
+    [(0x08, [0, 2**32 - 1, 2**32 - 1, 2**32 - 1]), (0x0E, [2**30, 0, 2**30])],
+    ids=["0x4Gx4Gx4G-uint8", "1Gx0x1G-float64"],
+)
+def test_read_idx_refuses_an_empty_shape_no_array_can_have(tmp_path, code, dims, compress):
+    # No data is announced (a size is 0), but NumPy refuses the shape: "array is too big".
+    path = tmp_path / "empty-but-huge"
+    payload = _idx_header(code, dims)
+    path.write_bytes(gzip.compress(payload) if compress else payload)
+    with pytest.raises(
+        DataFormatError, match=r"empty-but-huge: the header announces shape .*more than any NumPy"
+    ):
+        read_idx(path)
+
+
+@pytest.mark.skipif(np.iinfo(np.intp).max < 2**63 - 1, reason="a 64-bit address space")
+def test_read_idx_still_reads_an_empty_shape_numpy_allows(tmp_path):
+    path = tmp_path / "empty"
+    path.write_bytes(_idx_header(0x08, [0, 2**32 - 1, 2**31]))  # 2**63 - 2**31 bytes: allowed
+    assert read_idx(path).shape == (0, 2**32 - 1, 2**31)
+    path.write_bytes(_idx_header(0x08, [0] * 32))
+    assert read_idx(path).shape == (0,) * 32
+
+
 def test_write_idx_rejects_unsupported_dtype(tmp_path):
     with pytest.raises(TypeError, match="no IDX type code"):
         write_idx(tmp_path / "x", np.zeros(3, np.int64))
@@ -356,6 +402,30 @@ def test_load_mnist_refuses_an_empty_set(tmp_path):
     with pytest.raises(
         DataFormatError, match=r"train-images-idx3-ubyte: the file holds no image .*\(0, 28, 28\)"
     ):
+        load_mnist(tmp_path)
+
+
+@pytest.mark.parametrize("shape", [(2, 0, 0), (2, 28, 0), (2, 0, 28)])
+def test_load_mnist_refuses_images_of_no_pixel(tmp_path, shape):
+    for kind in ("train", "t10k"):
+        write_idx(tmp_path / f"{kind}-images-idx3-ubyte", np.zeros(shape, np.uint8))
+        write_idx(tmp_path / f"{kind}-labels-idx1-ubyte", np.array([0, 1], np.uint8))
+    expected = rf"train-images-idx3-ubyte: the images are empty: .*{re.escape(str(shape))}"
+    with pytest.raises(DataFormatError, match=expected):
+        load_mnist(tmp_path)
+    with pytest.raises(DataFormatError, match=expected):
+        load(f"mnist:{tmp_path}")  # what `nnmem train --data mnist:DIR` reads
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["raw", "gz"])
+def test_load_mnist_refuses_an_image_file_no_array_can_hold(tmp_path, compress):
+    suffix = ".gz" if compress else ""
+    payload = _idx_header(0x08, [0, 2**32 - 1, 2**32 - 1])  # the images alone: 16 EiB
+    (tmp_path / f"train-images-idx3-ubyte{suffix}").write_bytes(
+        gzip.compress(payload) if compress else payload
+    )
+    write_idx(tmp_path / "train-labels-idx1-ubyte", np.zeros(0, np.uint8))
+    with pytest.raises(DataFormatError, match=r"train-images-idx3-ubyte.*more than any NumPy"):
         load_mnist(tmp_path)
 
 

@@ -3,7 +3,8 @@ epoch; `nnmem plan` plans a training step's memory on shapes alone, before runni
 
 A mistake a user can make (a bad flag, a missing file, a pool too small, a run that diverges)
 is answered without a traceback: one line saying what is wrong and how to fix it, or, for an
-out-of-memory error, the pool's report and the --pool value that fits.
+out-of-memory error, the pool's report and the --pool value that fits. Ctrl-C stops a command
+with one line too, and exit status 130 (128 + SIGINT), as a shell reports it.
 """
 
 import argparse
@@ -11,6 +12,9 @@ import sys
 
 from nnmem.cli import plan, train
 from nnmem.cli.arguments import UsageError
+
+#: The exit status of a command stopped by Ctrl-C: 128 + SIGINT (2), what a shell reports.
+INTERRUPTED = 130
 
 
 class Parser(argparse.ArgumentParser):
@@ -33,6 +37,9 @@ def main(argv=None):
         return e.code
     try:
         return args.run(args)
+    except KeyboardInterrupt:
+        print(f"nnmem {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
     except UsageError as e:
         print(f"nnmem {args.command}: error: {e}", file=sys.stderr)
     except (ValueError, TypeError, FloatingPointError, MemoryError, OSError) as e:

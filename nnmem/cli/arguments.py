@@ -7,6 +7,7 @@ ArgumentTypeError, whose message argparse prints after the flag's name.
 
 import argparse
 import math
+import os
 
 from nnmem.memory import parse_bytes
 
@@ -83,6 +84,24 @@ def sample_shape(text):
             "joined by x, e.g. 3x224x224 or 784"
         )
     return shape
+
+
+def png_path(text):
+    """A path ending in .png (any case) in a folder that exists: matplotlib picks the file's
+    format from its extension, so "out" would be written as out.png and "out.json" refused,
+    and a missing folder would be found only after the work the file records."""
+    root, ext = os.path.splitext(text)
+    if ext.lower() != ".png" or not os.path.basename(root):
+        example = root + ".png" if os.path.basename(root) else os.path.join(root, "timeline.png")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a .png file name; name one, e.g. {example}"
+        )
+    folder = os.path.dirname(text) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the folder {folder!r} does not exist; create it or name a PNG elsewhere"
+        )
+    return text
 
 
 def _number(kind, text, example):

@@ -12,17 +12,16 @@ Without --input and --batch-size it plans the step that ``nnmem train`` runs for
 import functools
 
 from nnmem.cli.arguments import UsageError, byte_size, positive_float, positive_int, sample_shape
-from nnmem.cli.train import DEFAULT_BATCH
-from nnmem.memory import format_bytes
+from nnmem.cli.train import DEFAULT_BATCH, PAPER_SAMPLES, SMALLEST_IMAGE
+from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.models import MODELS, create_model, resnet
 from nnmem.planning import plan
 from nnmem.search import largest_fitting
 
 #: One sample of nnmem train's default data, the digits (nnmem.data.load_digits: 1x28x28).
 TRAIN_SAMPLE = (1, 28, 28)
-#: Models whose pooling shrinks a 28x28 image to nothing (they cannot train on the digits)
-#: are planned on the input of their papers instead.
-PAPER_SAMPLES = {"alexnet": (3, 227, 227), "vgg16": (3, 224, 224)}
+# Models whose pooling shrinks a 28x28 image to nothing (train.SMALLEST_IMAGE: they cannot
+# train on the digits) are planned on the input of their papers (train.PAPER_SAMPLES) instead.
 #: --find-depth stops at ResNet-1202, the deepest network of He et al. (2016); planning it
 #: takes seconds, and the search's cost grows with the depth it reaches.
 MAX_SEARCH_DEPTH = 1202
@@ -89,21 +88,31 @@ def run(args):
     if args.find_depth and args.model != "resnet":
         raise UsageError("argument --find-depth: it searches ResNet depths; use --model resnet")
     sample = args.input or PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE)
+    smallest = SMALLEST_IMAGE.get(args.model)
+    if smallest and len(sample) == 3 and min(sample[1:]) < smallest:
+        raise UsageError(
+            f"argument --input: {args.model} needs images of at least {smallest}x{smallest}, "
+            f"got {_shape(sample)}; e.g. --input {_shape(PAPER_SAMPLES[args.model])}, as in "
+            "its paper"
+        )
     # planned(batch, depth) -> StepPlan; cached, so that the search's winner is not planned twice
-    planned = functools.cache(functools.partial(_plan, args, sample))
+    planned = functools.cache(functools.partial(_planned, args, sample))
     if args.find_depth:
         args.depth = find_depth(args, planned, valid_depths(args, sample))
     elif args.find_batch:
         args.batch_size = find_batch(args, planned)
     if args.depth is None or args.batch_size is None:
         return 0  # the search found nothing that fits: there is no plan to print
-    print_plan(planned(args.batch_size, args.depth), args.budget)
+    step = planned(args.batch_size, args.depth)
+    if isinstance(step, StepTooLarge):
+        raise step
+    print_plan(step, args.budget)
     return 0
 
 
 def find_depth(args, planned, depths):
     """Print and return the deepest of `depths` that fits --budget (None if none does)."""
-    depth = largest_fitting(lambda d: planned(args.batch_size, d).best().fits(args.budget), depths)
+    depth = largest_fitting(lambda d: _fits(planned(args.batch_size, d), args.budget), depths)
     print(f"deepest ResNet that fits {format_bytes(args.budget)}: {_found(depth, depths)}")
     return depth
 
@@ -111,9 +120,30 @@ def find_depth(args, planned, depths):
 def find_batch(args, planned):
     """Print and return the largest batch that fits --budget (None if none does)."""
     batches = range(1, MAX_SEARCH_BATCH + 1)
-    batch = largest_fitting(lambda b: planned(b, args.depth).best().fits(args.budget), batches)
+    batch = largest_fitting(lambda b: _fits(planned(b, args.depth), args.budget), batches)
     print(f"largest batch that fits {format_bytes(args.budget)}: {_found(batch, batches)}")
     return batch
+
+
+class StepTooLarge(UsageError):
+    """A step larger than the planning device's pool (1 PiB), or whose sizes overflow: the
+    --input or --width is too large. `capacity` is the pool's size (None for an overflow)."""
+
+    def __init__(self, message, capacity=None):
+        super().__init__(message)
+        self.capacity = capacity
+
+
+def _fits(planned, budget):
+    """Whether a step fits `budget`, for the searches: `planned` is what `_planned` returns, a
+    StepPlan or the StepTooLarge error. A step too large to plan needs more than the planning
+    pool, so it does not fit a budget no larger than that pool (a budget beyond it cannot be
+    decided, and the error says so)."""
+    if isinstance(planned, StepTooLarge):
+        if planned.capacity is not None and budget > planned.capacity:
+            raise planned
+        return False
+    return planned.best().fits(budget)
 
 
 def _found(value, candidates):
@@ -143,8 +173,40 @@ def _model(args, sample, depth):
     return create_model(args.model, **kwargs)
 
 
+def _planned(args, sample, batch, depth):
+    """The StepPlan of a step or, for a step too large to plan, the StepTooLarge error:
+    returned, so that functools.cache keeps it as it keeps a plan; run() raises it."""
+    try:
+        return _plan(args, sample, batch, depth)
+    except StepTooLarge as e:
+        return e
+
+
 def _plan(args, sample, batch, depth):
-    return plan(_model(args, sample, depth), (batch,) + sample, recompute=args.recompute)
+    """plan() of the model the flags describe. A step that does not fit the planning device is
+    a StepTooLarge (one line), not the pool's report: its advice, a larger create_cpu_device
+    pool, makes no sense for a plan."""
+    step = f"a training step of {args.model} on input {_shape((batch,) + sample)}"
+    if args.width != 1:
+        step += f" at --width {args.width:g}"
+    try:
+        return plan(_model(args, sample, depth), (batch,) + sample, recompute=args.recompute)
+    except OutOfMemory as e:
+        raise StepTooLarge(
+            f"{step} needs more than the planning device's {format_bytes(e.capacity)} of "
+            "memory: the input or --width is too large; plan a smaller --input, --width or "
+            "--batch-size",
+            e.capacity,
+        ) from None
+    except OverflowError as e:
+        raise StepTooLarge(
+            f"{step} has sizes too large to count ({e}): the input or --width is too large; "
+            "plan a smaller --input, --width or --batch-size"
+        ) from None
+
+
+def _shape(shape):
+    return "x".join(map(str, shape))
 
 
 def print_plan(step, budget):

@@ -2,6 +2,7 @@
 accuracy, images per second and the pool's peak memory."""
 
 import functools
+import importlib.util
 import itertools
 import json
 import math
@@ -24,6 +25,12 @@ from nnmem.planning import smallest_pool
 
 DEFAULT_DATA = "digits"
 DEFAULT_BATCH = 64
+#: One sample of each data set --data can load (nnmem.data.load).
+DATA_SAMPLES = {"digits": (1, 28, 28), "mnist:DIR": (1, 28, 28), "cifar10:DIR": (3, 32, 32)}
+#: Models whose pooling shrinks a small image to nothing: the smallest height and width they
+#: take (AlexNet's shape arithmetic, VGG's five 2x2 pools), and the input of their papers.
+SMALLEST_IMAGE = {"alexnet": 67, "vgg16": 32}
+PAPER_SAMPLES = {"alexnet": (3, 227, 227), "vgg16": (3, 224, 224)}
 
 
 def add_parser(commands):
@@ -60,6 +67,7 @@ def add_parser(commands):
     )
     p.add_argument(
         "--timeline",
+        type=arguments.png_path,
         metavar="PNG",
         default=None,
         help="before training, plot one step's memory (no recycling, eager, graph) "
@@ -70,7 +78,10 @@ def add_parser(commands):
 
 
 def run(args):
+    if args.timeline:
+        require_matplotlib()
     x_train, y_train, x_test, y_test = load(args.data)
+    check_image_size(args.model, args.data, x_train.shape[1:])
     if args.batch_size > len(x_train):
         raise UsageError(
             f"argument --batch-size/--batch: {args.batch_size} is more than the "
@@ -88,6 +99,45 @@ def run(args):
         e.add_note(pool_hint(args, x_train.shape[1:], num_classes))
         raise
     return 0
+
+
+def require_matplotlib():
+    """--timeline plots with matplotlib, an optional dependency: checked before any work, so
+    that a missing one does not throw away the measurement it would have plotted."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(
+            "argument --timeline: plotting needs matplotlib, which is not installed; install "
+            'it with pip install "nnmem[plot]" (or pip install matplotlib), or leave out --timeline'
+        )
+
+
+def check_image_size(model, data, sample):
+    """Refuse, before building anything, a model whose pooling would shrink the images of
+    --data to nothing (AlexNet and VGG-16 on 28x28 digits), saying which --data fits it."""
+    smallest = SMALLEST_IMAGE.get(model)
+    if smallest is None or len(sample) != 3 or min(sample[1:]) >= smallest:
+        return
+    large_enough = [
+        f"--data {name} ({_shape(s)} images)"
+        for name, s in DATA_SAMPLES.items()
+        if min(s[1:]) >= smallest
+    ]
+    if large_enough:
+        fix = "use " + " or ".join(large_enough)
+    else:
+        loadable = ", ".join(f"{name} {_shape(s)}" for name, s in DATA_SAMPLES.items())
+        fix = (
+            f"none of the data sets --data loads is that large ({loadable}): train another "
+            f"--model, or plan {model}'s memory with nnmem plan --model {model}"
+        )
+    raise UsageError(
+        f"argument --model: {model} needs images of at least {smallest}x{smallest} (its paper "
+        f"used {_shape(PAPER_SAMPLES[model])}), and {data} holds {_shape(sample)} ones; {fix}"
+    )
+
+
+def _shape(shape):
+    return "x".join(map(str, shape))
 
 
 def create_device(args):

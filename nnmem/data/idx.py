@@ -51,6 +51,11 @@ _REFETCH = "download the file again (the copy on disk is damaged or incomplete)"
 # more than about 1032 times: a header announcing more data than that is wrong.
 _DEFLATE_MAX_RATIO = 1032
 _CHUNK = 2**20
+# The most dimensions a NumPy array can have (NPY_MAXDIMS): 64 since NumPy 2.0, 32 before.
+_MAX_NDIM = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
+# The most bytes an array can span: NumPy refuses a shape whose nonzero sizes times the item
+# size exceed this, even when another size is 0 and the array holds nothing.
+_MAX_BYTES = np.iinfo(np.intp).max
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
@@ -66,9 +71,11 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     at a time, into the result.
 
     Raises :class:`DataFormatError` (naming the file, the problem and a fix) when the
-    file is not IDX (bad magic), has an unknown type code, holds fewer data bytes than
-    its header announces (truncated) or more (trailing bytes), or is a broken gzip
-    stream. A missing file raises the usual FileNotFoundError.
+    file is not IDX (bad magic), has an unknown type code, announces a shape no NumPy
+    array can have (more than 64 dimensions, 32 before NumPy 2.0; or nonzero sizes whose
+    product in bytes exceeds the address space, as 0 x 4G x 4G x 4G), holds fewer data
+    bytes than its header announces (truncated) or more (trailing bytes), or is a broken
+    gzip stream. A missing file raises the usual FileNotFoundError.
     """
     with open(path, "rb") as raw:
         file_size = os.fstat(raw.fileno()).st_size
@@ -94,6 +101,16 @@ def _read_idx_stream(path, stream, file_size: int, compressed: bool) -> np.ndarr
     dtype = IDX_TYPES[code]
     expected = math.prod(shape) * dtype.itemsize
     described = f"shape {shape} of {_TYPE_NAMES[code]}"
+    span = math.prod(d for d in shape if d) * dtype.itemsize
+    if span > _MAX_BYTES:
+        raise _format_error(
+            path,
+            f"the header announces {described}, whose nonzero sizes times the "
+            f"{_plural(dtype.itemsize, 'byte')} of a value make {span} bytes, more than any "
+            f"NumPy array can span ({_MAX_BYTES} bytes), even an empty one.",
+            _REFETCH
+            + "; if you wrote the file yourself, check the dimensions written in its header.",
+        )
     if not compressed and header + expected != file_size:  # the size tells, nothing to read
         found = file_size - header
         if found < expected:
@@ -151,6 +168,14 @@ def _read_idx_header(path, stream) -> tuple[int, tuple[int, ...], int]:
             path,
             "the IDX header says 0 dimensions (byte 3); an IDX file has at least one.",
             _REFETCH + ".",
+        )
+    if ndim > _MAX_NDIM:
+        raise _format_error(
+            path,
+            f"the IDX header says {ndim} dimensions (byte 3), more than the {_MAX_NDIM} a NumPy "
+            f"array can have (NumPy {np.__version__}).",
+            _REFETCH
+            + "; if you wrote the file yourself, check the number of dimensions in its header.",
         )
     header = 4 + 4 * ndim
     dims = stream.read(4 * ndim)
@@ -256,13 +281,13 @@ def load_mnist(
                  more (EMNIST balanced: 47).
 
     Returns (x, y): x float32 (N, 1, H, W) in [0, 1] (stored bytes divided by 255;
-    H = W = 28 for MNIST), y int32 (N,), N >= 1.
+    H = W = 28 for MNIST), y int32 (N,); N, H, W >= 1.
 
     Raises :class:`DataFormatError` when a file is missing (listing the names looked for),
     is not valid IDX (see :func:`read_idx`), has the wrong shape or type for images
-    (uint8, 3-D) or labels (uint8, 1-D), holds no image, holds a label outside
-    0..num_classes-1 (a model would silently get one output per value up to the largest),
-    or when image and label counts differ.
+    (uint8, 3-D) or labels (uint8, 1-D), holds no image or images of no pixel (height or
+    width 0), holds a label outside 0..num_classes-1 (a model would silently get one output
+    per value up to the largest), or when image and label counts differ.
     """
     if kind not in ("train", "t10k"):
         raise ValueError(f'load_mnist: kind must be "train" or "t10k", got {kind!r}')
@@ -300,6 +325,15 @@ def load_mnist(
             images_path,
             f"the file holds no image (its header says shape {images.shape}).",
             _REFETCH + "; a data set needs at least one image to train or test on.",
+        )
+    if 0 in images.shape:
+        raise _format_error(
+            images_path,
+            f"the images are empty: the header says shape {images.shape}, images of "
+            f"{images.shape[1]} x {images.shape[2]} pixels (height x width), where a model "
+            "needs at least one pixel.",
+            _REFETCH + "; if you wrote the file yourself, check the height and width in its "
+            "header.",
         )
     if images.shape[0] != labels.shape[0]:
         raise _format_error(
