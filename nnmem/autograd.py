@@ -1,182 +1,40 @@
-"""Autograd: operators record how they were called, and ``backward`` walks that record.
+"""Autograd, SINGA's module: ``backward`` walks what the operators recorded, and every
+operator is here by name (``autograd.relu(x)``, ``autograd.Operator``).
 
-An Operator's ``forward`` computes outputs from inputs; when gradients are needed it keeps the
-tensors its ``backward`` will read (``save``) and remembers where its inputs came from
-(``src``). ``backward(loss)`` then runs the operators in reverse, iteratively (a 1000-layer chain
-must not hit Python's recursion limit), and yields each parameter's gradient as soon as it is
-final, so an optimizer can update that parameter and drop its gradient at once.
+``backward(loss)`` runs the operators in reverse, iteratively (a 1000-layer chain must not hit
+Python's recursion limit), and yields each parameter's gradient as soon as it is final.
 
-Memory contract: each operator drops its saved tensors the moment its backward has run, so a
-forward activation lives exactly until the backward step that last needs it.
+``autograd.training`` says whether operators save what backward needs. It is kept per thread
+(see nnmem.operation): a thread evaluating one model cannot switch off another's training.
 """
 
-import contextlib
-import math
 import sys
-import threading
 import types
 
-import numpy as np
-
-#: Operator.run's `rebuild` value for a call that may simply be run again.
-SAME = "same"
-
-_local = threading.local()  # this thread's training flag and layer-name scope
+from nnmem import operation
+from nnmem.operation import SAME, Operator, constant, name_scope  # noqa: F401 (SINGA's names)
+from nnmem.ops import *  # noqa: F401,F403  (autograd.relu, autograd.conv2d, ...)
+from nnmem.ops import add
 
 #: The value of ``autograd.training`` last set by any thread (see _Module).
 training = False
 
 
 class _Module(types.ModuleType):
-    """This module, with ``training`` kept per thread.
-
-    ``autograd.training`` is True while training: operators then save what backward needs.
-    Model.train()/eval() and SINGA scripts set it. Each thread has its own value, so a
-    thread evaluating one model cannot switch off another thread's training; a thread that
-    never set it sees the value last set by any thread (the module global, False at first).
-    The property shadows that global for readers; setting writes both."""
+    """This module, with ``training`` read from and written to this thread's flag. Setting it
+    also writes the module global, which only ``mock.patch.object`` and friends look at."""
 
     @property
     def training(self):
-        return _training()
+        return operation.is_training()
 
     @training.setter
     def training(self, value):
-        _local.training = self.__dict__["training"] = bool(value)
+        operation.set_training(value)
+        self.__dict__["training"] = bool(value)
 
 
 sys.modules[__name__].__class__ = _Module
-
-
-def _training():
-    return getattr(_local, "training", training)
-
-
-def _scope():
-    """Names of the layers being called in this thread, innermost last (labels memory)."""
-    if not hasattr(_local, "scope"):
-        _local.scope = []
-    return _local.scope
-
-
-@contextlib.contextmanager
-def name_scope(name):
-    """Label the tensors made inside with `name` (the calling layer), for memory reports."""
-    scope = _scope()
-    scope.append(name)
-    try:
-        yield
-    finally:
-        scope.pop()
-
-
-class Operator:
-    """One differentiable operation. Subclasses write ``forward(*xs)`` and ``backward(*dys)``.
-
-    forward takes and returns Tensors (one, or a tuple); backward takes one gradient per output
-    and returns one gradient per input (None where an input needs none). Inside forward:
-    ``self.output(shape, dtype)`` makes an output tensor, ``self.run(fn, reads, writes)`` hands
-    the kernel call to the device, ``self.save(...)`` keeps tensors for backward.
-
-    The kernel function receives arrays, never tensors: a recorded graph then holds no Python
-    reference to any tensor, and its own bookkeeping alone decides when a block is dead.
-    """
-
-    def __init__(self, name=None):
-        self.name = name or type(self).__name__
-        self.src = []  # per input: (creator op or None, output index, leaf param or None)
-        self.saved = ()  # tensors kept for backward, dropped right after it
-        self.needs_grad = ()  # per input: does a gradient have to flow into it?
-        self.requires_grad = False
-        self.device = None
-        self.label = self.name
-        self.phase = "forward"  # "backward" while backward() runs (recorded with each kernel)
-
-    def __call__(self, *xs):
-        self.device = xs[0].device
-        for x in xs[1:]:
-            if x.device is not self.device:
-                raise ValueError(
-                    f"{self.name}: inputs live on different devices "
-                    f"({self.device} and {x.device}); move them to one device"
-                )
-        # A leaf that does not store its gradient (an input batch) never receives one, so its
-        # gradient is not computed at all (conv1 skips its backward-data pass).
-        training = _training()
-        self.needs_grad = tuple(
-            training and x.requires_grad and (x.creator is not None or x.stores_grad) for x in xs
-        )
-        self.requires_grad = any(self.needs_grad)
-        scope = _scope()
-        self.label = f"{scope[-1]}:{self.name}" if scope else self.name
-        ys = self.forward(*xs)
-        if not self.requires_grad:
-            self.saved = ()
-            return ys
-        self.src = [
-            (
-                x.creator,
-                getattr(x, "creator_index", 0),
-                x if x.creator is None and x.stores_grad else None,
-            )
-            for x in xs
-        ]
-        outputs = ys if isinstance(ys, tuple) else (ys,)
-        self.output_meta = [(y.shape, y.dtype) for y in outputs]
-        for i, y in enumerate(outputs):
-            y.creator, y.requires_grad = self, True
-            if i:
-                y.creator_index = i
-        return ys
-
-    # -- helpers for subclasses -------------------------------------------------------------------
-    def output(self, shape, dtype):
-        """A new, not yet allocated tensor labelled with this operator (for memory reports)."""
-        from nnmem.tensor import Tensor
-
-        dtype = np.dtype(dtype)
-        nbytes = math.prod(shape) * dtype.itemsize
-        desc = f"{self.label} {tuple(shape)} {dtype}"
-        return Tensor._on_block(self.device.new_block(nbytes, desc), shape, dtype, self.device)
-
-    def run(self, fn, reads, writes, inplace=(), rebuild=None):
-        """Submit a kernel call to the device: it runs ``fn(*write_arrays, *read_arrays)``.
-
-        `inplace` lists (output, input) pairs where the output may take the input's memory
-        when this operation is the input's last reader (the kernel must be elementwise-safe).
-        `rebuild` says how a cheap forward operation can be run again, exactly, in backward
-        (SuperNeurons' recomputation): SAME (the call itself is a pure function of its reads),
-        or (fn, reads, writes) of a call that rebuilds the outputs from tensors kept anyway.
-        """
-        self.device.exec(
-            fn, reads, writes, name=self.label, inplace=inplace, phase=self.phase, rebuild=rebuild
-        )
-
-    def save(self, *tensors):
-        """Keep tensors for backward (only when a gradient will be computed).
-
-        A saved output is kept as a new Tensor on the same block, without a creator, so that
-        output -> operator -> saved output is not a reference cycle (cycles would delay frees
-        until the garbage collector runs).
-        """
-        if self.requires_grad:
-            from nnmem.tensor import Tensor
-
-            self.saved = tuple(
-                None if t is None else Tensor._on_block(t.block, t.shape, t.dtype, t.device)
-                for t in tensors
-            )
-
-    def release(self):
-        """Drop what backward needed: its memory can now be recycled."""
-        self.saved = ()
-        self.src = []
-
-    def forward(self, *xs):
-        raise NotImplementedError
-
-    def backward(self, *dys):
-        raise NotImplementedError
 
 
 def backward(y, dy=None):
@@ -193,7 +51,7 @@ def backward(y, dy=None):
             "none of which needs a gradient (no parameter, no requires_grad=True)"
         )
     if dy is None:
-        dy = _constant(y.shape, y.dtype, y.device, 1.0)
+        dy = constant(y.shape, y.dtype, y.device, 1.0)
     pending = _count_consumers(y.creator)
     grads = {y.creator: {getattr(y, "creator_index", 0): dy}}
     ready = [y.creator]
@@ -205,7 +63,7 @@ def backward(y, dy=None):
         for i, g in enumerate(dys):
             if g is None:  # an output nobody used: its gradient is zero
                 shape, dtype = op.output_meta[i]
-                dys[i] = _constant(shape, dtype, op.device, 0.0)
+                dys[i] = constant(shape, dtype, op.device, 0.0)
         op.phase = "backward"
         dxs = op.backward(*dys)
         dxs = dxs if isinstance(dxs, tuple) else (dxs,)
@@ -226,21 +84,6 @@ def backward(y, dy=None):
                     ready.append(creator)
 
 
-def _constant(shape, dtype, device, value):
-    """A tensor filled with `value` by a device operation (so that a recorded step refills it)."""
-    from nnmem.tensor import Tensor
-
-    t = Tensor(shape, device, dtype, requires_grad=False)
-    device.exec(
-        lambda t_: t_.fill(value),
-        reads=(),
-        writes=(t,),
-        name=f"backward:fill {value}",
-        phase="backward",
-    )
-    return t
-
-
 def _count_consumers(root):
     """How many gradient contributions each operator and parameter will receive (iteratively)."""
     pending = {}
@@ -256,9 +99,3 @@ def _count_consumers(root):
                 seen.add(creator)
                 stack.append(creator)
     return pending
-
-
-# The operators, re-exported so that SINGA code written as autograd.relu(x) etc. runs unchanged.
-# (Imported last: they subclass Operator, defined above.)
-from nnmem.ops import *  # noqa: E402,F401,F403
-from nnmem.ops import add  # noqa: E402  (used by backward for gradient aggregation)

@@ -74,7 +74,9 @@ class Device:
         self.memory_samples = None
         self.verbosity, self.skip_iterations, self.iteration = 0, 0, 0
         self.profile = defaultdict(lambda: [0.0, 0])  # name -> [seconds, calls]
-        self._rng_state = None
+        # dropout's draw counter, a 1-element tensor every random draw reads and writes, so
+        # that a recorded graph keeps the draws in order (nnmem.ops.dropout makes it)
+        self.rng_state = None
 
     # -- memory ---------------------------------------------------------------------------
     def new_block(self, nbytes, desc=""):
@@ -126,17 +128,6 @@ class Device:
 
     def reset_peak_memory_stats(self):
         self.pool.reset_peak()
-
-    @property
-    def rng_state(self):
-        """A 1-element counter that every random draw reads and writes, so that a recorded
-        graph keeps the draws in order (made on first use)."""
-        if self._rng_state is None:
-            from nnmem.tensor import Tensor
-
-            self._rng_state = Tensor((1,), self, np.int64, requires_grad=False, name="rng_state")
-            self._rng_state.set_value(0)
-        return self._rng_state
 
     # -- execution ------------------------------------------------------------------------
     def exec(self, fn, reads, writes, name="", inplace=(), phase="forward", rebuild=None):

@@ -11,7 +11,7 @@ import numpy as np
 
 from nnmem import autograd
 from nnmem.ops.conv import pair
-from nnmem.tensor import Tensor
+from nnmem.tensor import Tensor, to_numpy
 
 
 class Layer:
@@ -115,8 +115,6 @@ class Layer:
 
 
 def _to_numpy(t):
-    from nnmem.tensor import to_numpy
-
     return to_numpy(t)
 
 

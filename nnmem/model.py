@@ -164,8 +164,8 @@ class Model(Layer):
             params = set(map(id, self.get_params().values()))
             self._buffers = [t for t in self.get_states().values() if id(t) not in params]
         buffers = list(self._buffers)
-        if dev._rng_state is not None:
-            buffers.append(dev._rng_state)  # dropout's draw counter
+        if dev.rng_state is not None:
+            buffers.append(dev.rng_state)  # dropout's draw counter
         copies = [(t, t.raw.copy()) for t in buffers if t.block.allocated and not dev.virtual]
         mark = self.optimizer.state_mark() if isinstance(self.optimizer, Optimizer) else None
         return _StateBefore(

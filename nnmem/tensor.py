@@ -99,12 +99,6 @@ class Tensor:
         """Bytes of data (not counting the pool's alignment rounding)."""
         return self.size() * self.dtype.itemsize
 
-    def reshape(self, shape):
-        """The same data seen with another shape (through autograd when it needs a gradient)."""
-        from nnmem import autograd
-
-        return autograd.reshape(self, shape)
-
     @property
     def raw(self):
         """The NumPy view of this tensor's bytes in the pool (no copy). Kernels use it; it is
@@ -182,23 +176,8 @@ class Tensor:
         """A new tensor with a copy of the data (new memory)."""
         return from_numpy(to_numpy(self), self.device)
 
-    # -- arithmetic through autograd ------------------------------------------------------------
-    def __add__(self, other):
-        from nnmem import autograd
-
-        return autograd.add(self, other)
-
-    def __sub__(self, other):
-        from nnmem import autograd
-
-        return autograd.sub(self, other)
-
-    def __mul__(self, other):
-        from nnmem import autograd
-
-        return autograd.mul(self, other)
-
-    __rmul__ = __mul__
+    # t + u, t - u, t * u and t.reshape(shape) are differentiable operators: nnmem.ops attaches
+    # them to Tensor (they sit above this module, which cannot import them).
 
     def __repr__(self):
         name = f" {self.name}" if self.name else ""

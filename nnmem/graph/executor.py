@@ -22,14 +22,13 @@ from nnmem.graph.schedule import dependencies, replay_order
 from nnmem.memory.layout import layout
 from nnmem.memory.timeline import Timeline
 from nnmem.memory.units import aligned_size
+from nnmem.tensor import Tensor
 
 
 class CompiledStep:
     def __init__(
         self, device, recorder, inputs, result, sequential, label, recompute_strategy="none"
     ):
-        from nnmem.tensor import Tensor
-
         self.device, self.label = device, label
         self.recorded = recorder.nodes
         self.inputs = inputs

@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from nnmem.tensor import Tensor
+
 
 class ArraySpec(NamedTuple):
     """How a node sees a block: with this shape and dtype."""
@@ -62,8 +64,6 @@ class Recorder:
         self.held = []  # tensors that keep read-first blocks (and their data) alive
 
     def record(self, fn, reads, writes, name, inplace, phase="forward", rebuild=None):
-        from nnmem.tensor import Tensor
-
         for t in reads:
             if id(t.block) not in self._written:
                 t.block.check_written()  # read-first: its data must exist already

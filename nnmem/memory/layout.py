@@ -29,6 +29,8 @@ import math
 import random
 from typing import NamedTuple
 
+from nnmem.memory.pool import Pool
+
 #: Placement work allowed for the shuffled restarts, in (storage x storage) comparisons.
 RESTART_BUDGET = 2_000_000
 MAX_RESTARTS = 64
@@ -91,8 +93,6 @@ def layout(sizes, ranges, seed=0, alignment=256):
 def simulate(sizes, ranges, alignment=256):
     """(offsets, arena bytes) from a best-fit allocator run over the steps: at each step free
     the storages whose last step has passed, then allocate those that start (largest first)."""
-    from nnmem.memory.pool import Pool
-
     pool = Pool(max(sum(sizes), alignment), alignment=alignment, virtual=True)
     starts, ends = {}, {}
     for i, (first, last) in enumerate(ranges):

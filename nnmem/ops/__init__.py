@@ -10,6 +10,7 @@ from nnmem.ops.loss import MeanSquareError, SoftMaxCrossEntropy, mse_loss, softm
 from nnmem.ops.lrn import LRN, lrn
 from nnmem.ops.pooling import Pooling2d, pooling_2d
 from nnmem.ops.shape import Cat, Flatten, cat, flatten
+from nnmem.tensor import Tensor
 
 __all__ = [
     "Add",
@@ -47,3 +48,11 @@ __all__ = [
     "softmax_cross_entropy",
     "mse_loss",
 ]
+
+# A Tensor's arithmetic is differentiable: t + u is add(t, u). nnmem.tensor sits below the
+# operators and cannot import them, so they give Tensor its operator methods here, once, when
+# nnmem is imported (nnmem/__init__ imports autograd, which imports this package).
+Tensor.__add__ = add
+Tensor.__sub__ = sub
+Tensor.__mul__ = Tensor.__rmul__ = mul
+Tensor.reshape = reshape

@@ -3,8 +3,8 @@ written from y alone (relu: dy * [y > 0]; sigmoid: dy * y * (1 - y)). So the for
 overwrite its input in place (when no later operation reads it), and the backward may
 overwrite dy."""
 
-from nnmem.autograd import SAME, Operator
 from nnmem.kernels import cpu as K
+from nnmem.operation import SAME, Operator
 
 
 class _Activation(Operator):

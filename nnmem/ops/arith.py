@@ -4,8 +4,9 @@ Kernel functions receive NumPy arrays from the device, outputs first: ``fn(*writ
 Elementwise kernels take flat arrays, hence the ``.reshape(-1)`` (a view, no copy).
 """
 
-from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
+from nnmem.operation import Operator
+from nnmem.tensor import Tensor
 
 
 def _check_same_shape(op, a, b):
@@ -100,15 +101,11 @@ class Reshape(Operator):
         self.shape = tuple(shape)
 
     def forward(self, x):
-        from nnmem.tensor import Tensor
-
         shape = _resolve_shape(self.shape, x.size())
         self.in_shape = x.shape
         return Tensor._on_block(x.block, shape, x.dtype, x.device)
 
     def backward(self, dy):
-        from nnmem.tensor import Tensor
-
         return Tensor._on_block(dy.block, self.in_shape, dy.dtype, dy.device)
 
 

@@ -7,9 +7,8 @@ the running statistics updated in place (SINGA's convention: running = momentum 
 
 import numpy as np
 
-from nnmem import autograd
-from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
+from nnmem.operation import Operator, is_training
 
 
 class BatchNorm2d(Operator):
@@ -29,7 +28,7 @@ class BatchNorm2d(Operator):
             )
         y = self.output(x.shape, x.dtype)
         rm, rv = self.running_mean, self.running_var
-        if not autograd.training:
+        if not is_training():
             eps = self.eps
             self.run(
                 lambda y_, x_, g_, b_, rm_, rv_: K.batchnorm2d_forward_infer(

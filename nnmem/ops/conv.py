@@ -7,8 +7,8 @@ direct when not even one sample's workspace fits: the algorithm follows the memo
 this step (SuperNeurons, section on convolution workspaces).
 """
 
-from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
+from nnmem.operation import Operator
 
 #: Upper bound on one convolution's workspace; beyond it more, smaller GEMMs cost little.
 WORKSPACE_LIMIT_BYTES = 256 * 2**20

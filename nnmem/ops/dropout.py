@@ -7,9 +7,19 @@ a new mask every iteration) and kept for backward. Every draw reads and writes t
 it runs the other operations in, and replays give the same numbers as eager runs.
 """
 
-from nnmem import autograd
-from nnmem.autograd import Operator
+import numpy as np
+
 from nnmem.kernels import cpu as K
+from nnmem.operation import Operator, is_training
+from nnmem.tensor import Tensor
+
+
+def _draw_counter(device):
+    """The device's count of random draws (made on first use, kept on the device)."""
+    if device.rng_state is None:
+        device.rng_state = Tensor((1,), device, np.int64, requires_grad=False, name="rng_state")
+        device.rng_state.set_value(0)
+    return device.rng_state
 
 
 class Dropout(Operator):
@@ -20,11 +30,11 @@ class Dropout(Operator):
         self.ratio = float(ratio)
 
     def forward(self, x):
-        if not autograd.training:
+        if not is_training():
             return x
         y, mask = self.output(x.shape, x.dtype), self.output(x.shape, x.dtype)
         rng, ratio = self.device.rng, self.ratio
-        state = self.device.rng_state
+        state = _draw_counter(self.device)
 
         def draw_and_apply(y_, mask_, state_, x_, _):
             rng.random(out=mask_.reshape(-1), dtype=mask_.dtype)

@@ -1,7 +1,7 @@
 """Dense algebra: y = x @ W (Matmul) and y = x + b broadcast over rows (AddBias)."""
 
-from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
+from nnmem.operation import Operator
 
 
 class Matmul(Operator):

@@ -1,8 +1,8 @@
 """Losses: softmax cross-entropy (labels as class ids or one-hot rows) and mean squared error.
 Both return a tensor of shape (1,) holding the mean over the batch."""
 
-from nnmem.autograd import Operator
 from nnmem.kernels import cpu as K
+from nnmem.operation import Operator
 
 
 class SoftMaxCrossEntropy(Operator):

@@ -7,8 +7,8 @@ until its backward has run (Caffe keeps the same): a layer that is cheap to comp
 to keep, the kind SuperNeurons recomputes in the backward pass instead of keeping.
 """
 
-from nnmem.autograd import SAME, Operator
 from nnmem.kernels import cpu as K
+from nnmem.operation import SAME, Operator
 
 
 class LRN(Operator):

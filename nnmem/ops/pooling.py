@@ -6,8 +6,8 @@ a quarter of the input's elements for 2x2 windows, and backward needs nothing el
 
 import numpy as np
 
-from nnmem.autograd import SAME, Operator
 from nnmem.kernels import cpu as K
+from nnmem.operation import SAME, Operator
 from nnmem.ops.conv import pair
 
 

@@ -6,7 +6,7 @@ output is its own block (the inputs stay alive only as long as something else ne
 
 import numpy as np
 
-from nnmem.autograd import Operator
+from nnmem.operation import Operator
 from nnmem.ops.arith import Reshape
 
 

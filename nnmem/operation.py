@@ -1,0 +1,171 @@
+"""Operator: one differentiable operation, and what every operation needs to know.
+
+An Operator's ``forward`` computes outputs from inputs; when gradients are needed it keeps the
+tensors its ``backward`` will read (``save``) and remembers where its inputs came from
+(``src``); nnmem.autograd's ``backward`` walks that record. This module sits below the
+operators (nnmem.ops), which subclass Operator, and below nnmem.autograd, SINGA's public
+module, which gathers both.
+
+Memory contract: each operator drops its saved tensors the moment its backward has run, so a
+forward activation lives exactly until the backward step that last needs it.
+"""
+
+import contextlib
+import math
+import threading
+
+import numpy as np
+
+from nnmem.tensor import Tensor
+
+#: Operator.run's `rebuild` value for a call that may simply be run again.
+SAME = "same"
+
+_local = threading.local()  # this thread's training flag and layer-name scope
+_last_training = [False]  # the value last set by any thread: a new thread's default
+
+
+def is_training():
+    """True while training in this thread: operators then save what backward needs."""
+    return getattr(_local, "training", _last_training[0])
+
+
+def set_training(value):
+    """Set this thread's training flag (Model.train/eval, ``autograd.training = ...``)."""
+    _local.training = _last_training[0] = bool(value)
+
+
+def _scope():
+    """Names of the layers being called in this thread, innermost last (labels memory)."""
+    if not hasattr(_local, "scope"):
+        _local.scope = []
+    return _local.scope
+
+
+@contextlib.contextmanager
+def name_scope(name):
+    """Label the tensors made inside with `name` (the calling layer), for memory reports."""
+    scope = _scope()
+    scope.append(name)
+    try:
+        yield
+    finally:
+        scope.pop()
+
+
+class Operator:
+    """One differentiable operation. Subclasses write ``forward(*xs)`` and ``backward(*dys)``.
+
+    forward takes and returns Tensors (one, or a tuple); backward takes one gradient per output
+    and returns one gradient per input (None where an input needs none). Inside forward:
+    ``self.output(shape, dtype)`` makes an output tensor, ``self.run(fn, reads, writes)`` hands
+    the kernel call to the device, ``self.save(...)`` keeps tensors for backward.
+
+    The kernel function receives arrays, never tensors: a recorded graph then holds no Python
+    reference to any tensor, and its own bookkeeping alone decides when a block is dead.
+    """
+
+    def __init__(self, name=None):
+        self.name = name or type(self).__name__
+        self.src = []  # per input: (creator op or None, output index, leaf param or None)
+        self.saved = ()  # tensors kept for backward, dropped right after it
+        self.needs_grad = ()  # per input: does a gradient have to flow into it?
+        self.requires_grad = False
+        self.device = None
+        self.label = self.name
+        self.phase = "forward"  # "backward" while backward() runs (recorded with each kernel)
+
+    def __call__(self, *xs):
+        self.device = xs[0].device
+        for x in xs[1:]:
+            if x.device is not self.device:
+                raise ValueError(
+                    f"{self.name}: inputs live on different devices "
+                    f"({self.device} and {x.device}); move them to one device"
+                )
+        # A leaf that does not store its gradient (an input batch) never receives one, so its
+        # gradient is not computed at all (conv1 skips its backward-data pass).
+        training = is_training()
+        self.needs_grad = tuple(
+            training and x.requires_grad and (x.creator is not None or x.stores_grad) for x in xs
+        )
+        self.requires_grad = any(self.needs_grad)
+        scope = _scope()
+        self.label = f"{scope[-1]}:{self.name}" if scope else self.name
+        ys = self.forward(*xs)
+        if not self.requires_grad:
+            self.saved = ()
+            return ys
+        self.src = [
+            (
+                x.creator,
+                getattr(x, "creator_index", 0),
+                x if x.creator is None and x.stores_grad else None,
+            )
+            for x in xs
+        ]
+        outputs = ys if isinstance(ys, tuple) else (ys,)
+        self.output_meta = [(y.shape, y.dtype) for y in outputs]
+        for i, y in enumerate(outputs):
+            y.creator, y.requires_grad = self, True
+            if i:
+                y.creator_index = i
+        return ys
+
+    # -- helpers for subclasses -------------------------------------------------------------------
+    def output(self, shape, dtype):
+        """A new, not yet allocated tensor labelled with this operator (for memory reports)."""
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        desc = f"{self.label} {tuple(shape)} {dtype}"
+        return Tensor._on_block(self.device.new_block(nbytes, desc), shape, dtype, self.device)
+
+    def run(self, fn, reads, writes, inplace=(), rebuild=None):
+        """Submit a kernel call to the device: it runs ``fn(*write_arrays, *read_arrays)``.
+
+        `inplace` lists (output, input) pairs where the output may take the input's memory
+        when this operation is the input's last reader (the kernel must be elementwise-safe).
+        `rebuild` says how a cheap forward operation can be run again, exactly, in backward
+        (SuperNeurons' recomputation): SAME (the call itself is a pure function of its reads),
+        or (fn, reads, writes) of a call that rebuilds the outputs from tensors kept anyway.
+        """
+        self.device.exec(
+            fn, reads, writes, name=self.label, inplace=inplace, phase=self.phase, rebuild=rebuild
+        )
+
+    def save(self, *tensors):
+        """Keep tensors for backward (only when a gradient will be computed).
+
+        A saved output is kept as a new Tensor on the same block, without a creator, so that
+        output -> operator -> saved output is not a reference cycle (cycles would delay frees
+        until the garbage collector runs).
+        """
+        if self.requires_grad:
+            self.saved = tuple(
+                None if t is None else Tensor._on_block(t.block, t.shape, t.dtype, t.device)
+                for t in tensors
+            )
+
+    def release(self):
+        """Drop what backward needed: its memory can now be recycled."""
+        self.saved = ()
+        self.src = []
+
+    def forward(self, *xs):
+        raise NotImplementedError
+
+    def backward(self, *dys):
+        raise NotImplementedError
+
+
+def constant(shape, dtype, device, value):
+    """A tensor filled with `value` by a device operation (so that a recorded step refills it)."""
+    t = Tensor(shape, device, dtype, requires_grad=False)
+    device.exec(
+        lambda t_: t_.fill(value),
+        reads=(),
+        writes=(t,),
+        name=f"backward:fill {value}",
+        phase="backward",
+    )
+    return t
