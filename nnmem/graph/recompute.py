@@ -136,7 +136,9 @@ def _affordable(nodes, kinds, producer, rebuildable, round_up):
 
     if within(len(accepted)):  # the usual case: one check
         return set(accepted)
-    return set(accepted[: largest_fitting(within, range(len(accepted)))])
+    # Keeping none of them is the memory-centric step itself (within(0) holds): search from
+    # one kept tensor, and keep none when even that does not fit.
+    return set(accepted[: largest_fitting(within, range(1, len(accepted))) or 0])
 
 
 def _live_bytes(nodes, kinds, round_up):
