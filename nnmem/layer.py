@@ -169,7 +169,8 @@ class Linear(Layer):
 class Conv2d(Layer):
     """2-D convolution. Conv2d(nb_kernels, kernel_size, ...) or Conv2d(in_channels, nb_kernels,
     kernel_size, stride, padding) (SINGA). activation="RELU" appends a ReLU. algorithm is
-    "auto" (fastest that fits the free memory), "gemm" or "direct"."""
+    "auto" (gemm with a workspace sized to the free memory, else direct), "gemm", "direct", or
+    "benchmark" (times the algorithms that fit at the first run and keeps the fastest)."""
 
     def __init__(
         self,

@@ -166,7 +166,7 @@ class Model(Layer):
         buffers = list(self._buffers)
         if dev.rng_state is not None:
             buffers.append(dev.rng_state)  # dropout's draw counter
-        copies = [(t, t.raw.copy()) for t in buffers if t.block.allocated and not dev.virtual]
+        copies = [(t, dev.to_host(t)) for t in buffers if t.block.allocated and dev.runs_kernels]
         mark = self.optimizer.state_mark() if isinstance(self.optimizer, Optimizer) else None
         return _StateBefore(
             dev.commits, copies, dev.rng, dev.rng.bit_generator.state, mark, len(self._graphs)
@@ -208,7 +208,7 @@ class Model(Layer):
             )
             raise
         self._graphs[key] = compiled
-        if dev.virtual:  # planned, not run: values exist only on a real device
+        if not dev.runs_kernels:  # planned, not run: values exist only on a real device
             return result
         return compiled.replay(inputs)
 
@@ -253,7 +253,7 @@ class _StateBefore(NamedTuple):
 
     def restore(self, model):
         for t, value in self.copies:
-            t.raw[...] = value
+            t.copy_from_numpy(value)
         self.rng.bit_generator.state = self.rng_state
         if self.optimizer_mark is not None and len(model._graphs) == self.graphs:
             model.optimizer.forget_state_since(self.optimizer_mark)

@@ -113,6 +113,12 @@ class Operator:
         return ys
 
     # -- helpers for subclasses -------------------------------------------------------------------
+    @property
+    def kernels(self):
+        """The kernels of the device the inputs live on (nnmem.kernels.cpu, or its CUDA twin:
+        the same names and contracts), so one operator serves every kind of device."""
+        return self.device.kernels
+
     def output(self, shape, dtype):
         """A new, not yet allocated tensor labelled with this operator (for memory reports)."""
         dtype = np.dtype(dtype)
@@ -161,8 +167,9 @@ class Operator:
 def constant(shape, dtype, device, value):
     """A tensor filled with `value` by a device operation (so that a recorded step refills it)."""
     t = Tensor(shape, device, dtype, requires_grad=False)
+    fill = device.kernels.fill
     device.exec(
-        lambda t_: t_.fill(value),
+        lambda t_: fill(t_.reshape(-1), value),
         reads=(),
         writes=(t,),
         name=f"backward:fill {value}",

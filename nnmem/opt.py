@@ -19,8 +19,7 @@ weight decay, ...) are read when the update runs: a replayed graph sees them cha
 import numpy as np
 
 from nnmem import autograd
-from nnmem.kernels import cpu as K
-from nnmem.tensor import Tensor
+from nnmem.tensor import Tensor, to_numpy
 
 
 class Optimizer:
@@ -73,18 +72,16 @@ class Optimizer:
     @property
     def step_counter(self):
         """How many steps have been taken (SINGA's name)."""
-        return 0 if self._steps is None else int(self._steps.raw[0])
+        return 0 if self._steps is None else int(to_numpy(self._steps)[0])
 
     def apply(self, param_name, param_value, param_grad):
         raise NotImplementedError
 
     def step(self):
-        def advance(steps_, _):
-            steps_[0] += 1
-
         if self._steps is not None:
+            increment = self._steps.device.kernels.increment
             self._steps.device.exec(
-                advance,
+                lambda steps_, _: increment(steps_),
                 reads=(self._steps,),
                 writes=(self._steps,),
                 name=f"{type(self).__name__}:step count",
@@ -135,8 +132,10 @@ class SGD(Optimizer):
         p, g = param_value, param_grad
         buf = self.state_of(p)
 
+        sgd_update = p.device.kernels.sgd_update
+
         def update(p_, buf_, _p, g_, _buf):  # hyperparameters read when it runs (replays too)
-            K.sgd_update(
+            sgd_update(
                 *_flat(p_, g_, buf_),
                 self.lr,
                 self.momentum,
@@ -172,15 +171,17 @@ class Adam(Optimizer):
         m, v = self.state_of(p)
         steps = self._step_tensor(p.device)
 
+        adam_update = p.device.kernels.adam_update
+
         def update(p_, m_, v_, _p, g_, _m, _v, steps_):  # hyperparameters read when it runs
-            K.adam_update(
+            adam_update(
                 *_flat(p_, g_, m_, v_),
+                steps_,  # the kernel reads the step count: the host never waits for it
                 self.lr,
                 self.beta_1,
                 self.beta_2,
                 self.epsilon,
                 self.weight_decay,
-                int(steps_[0]) + 1,
             )
 
         p.device.exec(

@@ -101,23 +101,19 @@ class Tensor:
 
     @property
     def raw(self):
-        """The NumPy view of this tensor's bytes in the pool (no copy). Kernels use it; it is
-        valid only while the block stays allocated, so Python code should use to_numpy()."""
+        """The view of this tensor's bytes in the pool (no copy): a NumPy array on the CPU, a
+        numba.cuda device array on a GPU. Kernels use it; it is valid only while the block
+        stays allocated, so Python code should use to_numpy()."""
         return self.block.array(self.shape, self.dtype)
 
     # -- host-side writes ---------------------------------------------------------------------
     # These are the user's writes from the host, outside any recorded training step (SINGA
     # switches its graph off for them too), so they allocate and write directly.
     def _host_write(self, write):
-        """Allocate (lazily), then let write(array) fill the bytes; on a planning device, which
-        has no bytes, only the allocation happens. Returns self. Holds the device's lock: a
-        write waits for a step another thread is running, and two threads' first writes to
-        one tensor allocate it once."""
-        with self.device.lock:
-            self.block.ensure_allocated()
-            if not self.device.virtual:
-                write(self.raw)
-        return self
+        """Allocate (lazily), then let write(array) fill a host array that the device copies
+        into the bytes (on the CPU the array *is* the bytes; on a planning device only the
+        allocation happens). Returns self. See Device.write_from_host."""
+        return self.device.write_from_host(self, write)
 
     def copy_from_numpy(self, np_array, offset=0):
         """Copy a NumPy array of exactly this tensor's shape into it.
@@ -209,9 +205,7 @@ def from_numpy(np_array, dev=None):
 def to_numpy(t):
     """A NumPy copy of the tensor's data (a copy: the pool may reuse the bytes later), taken
     between steps when another thread is running one on the device."""
-    with t.device.lock:
-        t.block.check_written()
-        return t.raw.copy()
+    return t.device.to_host(t)
 
 
 def zeros_like(t):

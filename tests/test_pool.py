@@ -10,6 +10,7 @@ import pytest
 
 from nnmem.memory.errors import OutOfMemory, format_bytes
 from nnmem.memory.pool import ALIGNMENT, Pool
+from nnmem.memory.storage import HostStorage, NoStorage
 
 A = ALIGNMENT
 
@@ -41,11 +42,11 @@ def check_layout(pool):
 def test_arena_base_and_capacity_are_aligned():
     pool = Pool(10 * A + 100)
     assert pool.capacity == 10 * A  # rounded down
-    assert pool.buffer.dtype == np.uint8 and pool.buffer.nbytes == pool.capacity
-    assert pool.buffer.ctypes.data % A == 0
+    storage = HostStorage(pool.capacity, A)
+    assert storage.buffer.dtype == np.uint8 and storage.buffer.nbytes == pool.capacity
+    assert storage.address % A == 0 == storage.buffer.ctypes.data % A
     assert pool.segments() == [(0, 10 * A, True)]
-    big = Pool(1 << 20, alignment=4096)
-    assert big.buffer.ctypes.data % 4096 == 0
+    assert HostStorage(1 << 20, 4096).address % 4096 == 0
 
 
 @pytest.mark.parametrize(
@@ -70,11 +71,12 @@ def test_bad_constructor_arguments(kwargs, words):
 
 def test_offsets_and_sizes_are_aligned():
     pool = Pool(64 * A)
+    storage = HostStorage(pool.capacity, A)
     for n in [0, 1, A - 1, A, A + 1, 3 * A + 7]:
         off = pool.alloc(n)
         assert off % A == 0
         assert pool.size_of(off) == max(A, -(-n // A) * A)
-        assert (pool.buffer.ctypes.data + off) % A == 0
+        assert storage.view(off, n).ctypes.data % A == 0
     check_layout(pool)
 
 
@@ -83,20 +85,30 @@ def test_negative_request_rejected():
         Pool(4 * A).alloc(-1)
 
 
-def test_view_is_a_window_on_the_arena():
+def test_a_view_is_a_window_on_the_storage_and_the_pool_checks_its_range():
     pool = Pool(8 * A)
+    storage = HostStorage(pool.capacity, A)
     a = pool.alloc(10)
     b = pool.alloc(A)
-    va = pool.view(a, 10)
-    assert va.dtype == np.uint8 and va.shape == (10,) and np.shares_memory(va, pool.buffer)
+    pool.check_range(a, 10)
+    va = storage.view(a, 10)
+    assert va.dtype == np.uint8 and va.shape == (10,) and np.shares_memory(va, storage.buffer)
     va[:] = 7
-    pool.view(b, A)[:] = 9
-    assert (pool.buffer[a : a + 10] == 7).all() and (pool.buffer[b : b + A] == 9).all()
-    assert pool.view(a, 0).size == 0
-    with pytest.raises(ValueError):
-        pool.view(a, A + 1)  # larger than the block
-    with pytest.raises(ValueError):
-        pool.view(3 * A, 1)  # not a live block
+    storage.view(b, A)[:] = 9
+    assert (storage.buffer[a : a + 10] == 7).all() and (storage.buffer[b : b + A] == 9).all()
+    assert storage.view(a, 0).size == 0
+    pool.check_range(b + 16, 16, within=b)  # a planned tensor inside an arena block
+    with pytest.raises(ValueError, match="do not fit"):
+        pool.check_range(a, A + 1)  # larger than the block
+    with pytest.raises(ValueError, match="do not fit"):
+        pool.check_range(b + A - 8, 16, within=b)  # runs past the arena block
+    with pytest.raises(ValueError, match="not a live block"):
+        pool.check_range(3 * A, 1)  # not a live block
+
+
+def test_a_planning_storage_has_no_bytes():
+    with pytest.raises(ValueError, match="planning device has no bytes"):
+        NoStorage(4 * A).view(0, 1)
 
 
 def _fragment(strategy):
@@ -344,6 +356,6 @@ def test_large_idle_arena_is_cheap():
     # 256 MiB of address space; np.empty does not touch the pages, so this is instant.
     pool = Pool(256 << 20)
     off = pool.alloc(100)
-    pool.view(off, 100)[:] = 1
+    HostStorage(pool.capacity, A).view(off, 100)[:] = 1
     pool.free(off)
     assert pool.stats()["free_segments"] == 1

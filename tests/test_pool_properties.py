@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from nnmem.memory.errors import OutOfMemory
 from nnmem.memory.pool import ALIGNMENT, Pool
+from nnmem.memory.storage import HostStorage
 
 A = ALIGNMENT
 
@@ -39,6 +40,7 @@ class PoolMachine(RuleBasedStateMachine):
     )
     def setup(self, capacity, strategy):
         self.pool = Pool(capacity, strategy=strategy)
+        self.storage = HostStorage(self.pool.capacity, self.pool.alignment)  # the bytes
         self.strategy = strategy
         self.cap = capacity - capacity % A
         self.live = {}  # offset -> (tag, rounded size, requested bytes, owner)
@@ -77,7 +79,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert off not in self.live
         size = self.pool.size_of(off)
         assert size == need
-        self.pool.view(off, size)[:] = pattern(self.tag, size)  # the whole rounded block
+        self.storage.view(off, size)[:] = pattern(self.tag, size)  # the whole rounded block
         self.live[off] = (self.tag, size, nbytes, owner)
         self.tag += 1
         self.allocs += 1
@@ -89,7 +91,7 @@ class PoolMachine(RuleBasedStateMachine):
     def free(self, data):
         off = data.draw(st.sampled_from(sorted(self.live)), label="offset")
         tag, size, _, _ = self.live.pop(off)
-        assert np.array_equal(self.pool.view(off, size), pattern(tag, size)), (
+        assert np.array_equal(self.storage.view(off, size), pattern(tag, size)), (
             f"block #{tag} clobbered"
         )
         self.pool.free(off)
@@ -134,7 +136,7 @@ class PoolMachine(RuleBasedStateMachine):
     @invariant()
     def blocks_are_intact(self):
         for off, (tag, size, _, _) in self.live.items():
-            assert np.array_equal(self.pool.buffer[off : off + size], pattern(tag, size)), (
+            assert np.array_equal(self.storage.buffer[off : off + size], pattern(tag, size)), (
                 f"block #{tag} clobbered"
             )
 

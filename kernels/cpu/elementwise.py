@@ -5,7 +5,7 @@ except the two bias kernels, which take the 2-D / 4-D output they add into.
 Each output element depends only on the same element of the inputs, so all
 kernels are safe in place (``out`` may be the same array as an input) and give
 bit-identical results on every call. None allocates or needs a workspace.
-Scalars (alpha, ratio, value) arrive as Python floats.
+Scalars (alpha, ratio, value) arrive as Python floats; dropout's seed as a Python int in [0, 2**63).
 
 These kernels are memory-bound and fast (a ReLU over the 737k activations of the
 MNIST CNN's first conv takes ~0.06 ms on one core), while waking Numba's OpenMP
@@ -17,9 +17,14 @@ so switching one to ``njit(parallel=True)`` is a one-word change.
 
 import math
 
+import numpy as np
 from numba import prange
 
+from .. import counter_rng
 from ._jit import njit
+
+# The counter-based generator's source, compiled for the CPU (the CUDA kernels compile the same).
+counter_uniform = njit(cache=True)(counter_rng.counter_uniform)
 
 __all__ = [
     "relu_forward",
@@ -35,6 +40,7 @@ __all__ = [
     "copy",
     "dropout_forward",
     "dropout_backward",
+    "increment",
     "add_bias_rows",
     "add_bias_nchw",
 ]
@@ -136,19 +142,28 @@ def _copy(y, x):
         y[i] = x[i]
 
 
-def _dropout_forward(y, mask, x, ratio):
-    """mask = 0 where mask < ratio else 1/(1-ratio) (mask arrives holding U[0,1) draws);
-    y = x * mask.
+def _dropout_forward(y, mask, state, x, ratio, seed):
+    """Draw number c = state[0]: u_i = counter_uniform(seed, c, i); mask_i = 0 where
+    u_i < ratio, else 1/(1-ratio); y = x * mask; then state[0] = c + 1.
 
-    Overwrites mask with the scale factors (kept for the backward pass) and writes y; y may be x.
+    Writes mask (the scale factors, kept for the backward pass), y (may be x) and the draw
+    counter `state` (int64, 1 element). The mask is a pure function of (seed, c, i): the CUDA
+    kernel draws the same one, and so does a replayed graph.
     """
     check_same_size(y, x)
     check_same_size(mask, x)
     keep = 1.0 / (1.0 - ratio) if ratio < 1.0 else 0.0
+    key, counter = np.uint64(seed), np.uint64(state[0])
     for i in prange(x.size):
-        m = 0.0 if mask[i] < ratio else keep
+        m = 0.0 if counter_uniform(key, counter, np.uint64(i)) < ratio else keep
         mask[i] = m
         y[i] = x[i] * mask[i]
+    state[0] += 1
+
+
+def _increment(counter):
+    """counter[0] += 1 (a 1-element array: the optimizer's step count, kept on the device)."""
+    counter[0] += 1
 
 
 def _dropout_backward(dx, dy, mask):
@@ -197,6 +212,7 @@ scale = _jit(_scale)
 fill = _jit(_fill)
 copy = _jit(_copy)
 dropout_forward = _jit(_dropout_forward)
+increment = _jit(_increment)
 dropout_backward = _jit(_dropout_backward)
 add_bias_rows = _jit(_add_bias_rows)
 add_bias_nchw = _jit(_add_bias_nchw)

@@ -21,8 +21,11 @@ import numpy as np
 __all__ = ["matmul"]
 
 
-def matmul(out, a, b):
-    """out (M,N) = a (M,K) @ b (K,N). Writes out (C-contiguous, same dtype); no workspace."""
+def matmul(out, a, b, trans_a=False, trans_b=False):
+    """out (M,N) = op(a) @ op(b), op(a) (M,K), op(b) (K,N), where op transposes when its flag is
+    set (a and b are passed as stored: the linear layer's backward multiplies by W^T this way,
+    and the CUDA twin reads the transpose through its indexing instead of a strided view).
+    Writes out (C-contiguous, same dtype); no workspace."""
     if out.dtype != a.dtype or out.dtype != b.dtype:
         raise TypeError(f"matmul: dtypes must match, got out={out.dtype}, a={a.dtype}, b={b.dtype}")
-    np.matmul(a, b, out=out)
+    np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=out)

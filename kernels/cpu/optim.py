@@ -46,14 +46,18 @@ def _sgd_update(param, grad, buf, lr, momentum, dampening, weight_decay, nestero
         param[i] -= lr * g
 
 
-def _adam_update(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step):
+def _adam_update(param, grad, m, v, steps, lr, beta1, beta2, eps, weight_decay):
     """Adam: g = grad + wd*param; m = b1*m + (1-b1)g; v = b2*v + (1-b2)g^2;
-    param -= lr * (m/(1-b1^step)) / (sqrt(v/(1-b2^step)) + eps). step >= 1. Updates param, m, v."""
+    param -= lr * (m/(1-b1^step)) / (sqrt(v/(1-b2^step)) + eps), with step = steps[0] + 1.
+
+    `steps` (1 element) counts the steps already taken; it is read here, by the kernel, so a GPU
+    step never waits for the host to read it. Updates param, m, v; steps is only read."""
     check(param, grad)
     check(param, m)
     check(param, v)
+    step = steps[0] + 1
     if step < 1:
-        raise ValueError("adam_update: step counts from 1")
+        raise ValueError("adam_update: the step count must not be negative")
     c1 = 1.0 - beta1**step
     c2 = 1.0 - beta2**step
     for i in prange(param.size):

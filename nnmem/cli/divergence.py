@@ -23,7 +23,7 @@ class StateCopy:
 
     def save(self):
         for name, t in self.tensors.items():
-            np.copyto(self.arrays[name], t.raw)
+            t.device.to_host(t, out=self.arrays[name])
 
     def restore(self):
         for name, t in self.tensors.items():

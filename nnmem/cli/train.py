@@ -55,7 +55,7 @@ def add_parser(commands):
         "--pool",
         type=arguments.byte_size,
         default=None,
-        help="pool size, e.g. 512MiB (default 2GiB)",
+        help="pool size, e.g. 512MiB (default 2GiB; on a GPU, its free memory but 1GiB)",
     )
     p.add_argument("--no-graph", action="store_true", help="run every step eagerly")
     p.add_argument("--seed", type=arguments.non_negative_int, default=0)
@@ -145,7 +145,7 @@ def create_device(args):
     if args.device == "cpu":
         return device.create_cpu_device(args.pool)
     try:
-        return device.create_cuda_gpu()
+        return device.create_cuda_gpu(args.pool)
     except device.DeviceUnavailable as e:
         raise UsageError(
             f"argument --device: cuda is not available ({e}); use --device cpu"

@@ -110,7 +110,7 @@ class CompiledStep:
         for storage, offset in zip(self.storages, self.layout.offsets):
             for block in storage.blocks:
                 block.offset, block.arena = base + offset, base
-        if self.device.virtual:  # a planning device has no bytes to run on
+        if not self.device.runs_kernels:  # a planning device has no bytes to run on
             self.calls = []
             return
         self.calls = [
@@ -126,9 +126,10 @@ class CompiledStep:
     def replay(self, inputs):
         """Run the recorded step again on the data now in its input tensors."""
         for given, recorded in zip(inputs, self.inputs):
-            if given is not recorded and hasattr(given, "block") and not self.device.virtual:
+            if given is not recorded and hasattr(given, "block"):
                 given.block.check_written()
-                recorded.raw[...] = given.raw  # data enters through the recorded placeholders
+                # data enters through the recorded placeholders: a copy queued on the device
+                self.device.copy_tensor(recorded, given)
         self._run(self.calls[: self.commit_start])
         with self.device.commit_phase():
             self._run(self.calls[self.commit_start :])
@@ -144,6 +145,17 @@ class CompiledStep:
                 fn(*arrays)
 
     # -- what a learner looks at -----------------------------------------------------------
+    def conv_algorithms(self):
+        """{"layer:op pass": algorithm} for every convolution pass in benchmark mode
+        (Conv2d(..., algorithm="benchmark")): what its first run chose, fixed for the replays."""
+        chosen = {}
+        for i in self.order:
+            node = self.nodes[i]
+            pass_name, algorithm = getattr(node.fn, "conv_algorithm", (None, None))
+            if pass_name is not None:
+                chosen[f"{node.name} {pass_name}"] = algorithm()
+        return chosen
+
     def memory_summary(self):
         """The layout's figures: lower bound and arena (of the intermediate blocks), the bytes
         that stay allocated outside the arena (parameters, optimizer state, inputs, results,

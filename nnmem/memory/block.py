@@ -62,13 +62,12 @@ class Block:
             )
 
     def array(self, shape, dtype):
-        """A NumPy view of the block's bytes as `shape` and `dtype` (no copy)."""
+        """A view of the block's bytes as `shape` and `dtype` (no copy): a NumPy array on the
+        CPU, a device array on a GPU (the device's storage makes it)."""
         if self.offset is None:
             self.check_written()  # the clear error (unwritten, or being recorded)
         dtype = np.dtype(dtype)
-        raw = self.device.pool.view(
-            self.offset, math.prod(shape) * dtype.itemsize, within=self.arena
-        )
+        raw = self.device.view(self.offset, math.prod(shape) * dtype.itemsize, within=self.arena)
         return raw.view(dtype).reshape(shape)
 
     def inc_ref(self):

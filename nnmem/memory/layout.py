@@ -21,8 +21,8 @@ gaps are left).
 Greedy placement compares every storage with every placed one: quadratic. Past
 GREEDY_LIMIT storages (deep networks: a 10,000-layer ResNet has tens of thousands) the layout
 is made by simulation instead, as MXNet does: walk the steps once, free each storage after its
-last step and allocate each new one with the pool's own best-fit allocator (on a virtual
-pool, no bytes); the arena is the simulation's high-water mark. O(n log n).
+last step and allocate each new one with the pool's own best-fit allocator (a pool has no
+bytes of its own); the arena is the simulation's high-water mark. O(n log n).
 """
 
 import math
@@ -93,7 +93,7 @@ def layout(sizes, ranges, seed=0, alignment=256):
 def simulate(sizes, ranges, alignment=256):
     """(offsets, arena bytes) from a best-fit allocator run over the steps: at each step free
     the storages whose last step has passed, then allocate those that start (largest first)."""
-    pool = Pool(max(sum(sizes), alignment), alignment=alignment, virtual=True)
+    pool = Pool(max(sum(sizes), alignment), alignment=alignment)  # offsets only, no bytes
     starts, ends = {}, {}
     for i, (first, last) in enumerate(ranges):
         starts.setdefault(first, []).append(i)

@@ -10,7 +10,9 @@ The memory contract
   multiple of ``alignment`` and so is every block's offset and size, so each
   block starts suitably aligned for any dtype (and for SIMD loads).
 * A block is identified by its byte offset in the buffer. ``alloc`` returns it,
-  ``free`` takes it back, ``view`` turns it into a numpy array without copying.
+  ``free`` takes it back, ``check_range`` says whether a byte range lies inside it.
+* The pool never touches the bytes: a storage object owns them and makes views
+  (memory/storage.py), so one allocator serves host memory, GPU memory and planning.
 * The buffer is always partitioned exactly into live blocks and free segments;
   two free segments are never adjacent (``free`` coalesces them at once).
 * The pool keeps only a weak reference to a block's owner where it can, so
@@ -26,8 +28,6 @@ import functools
 import operator
 import threading
 import weakref
-
-import numpy as np
 
 from .errors import OutOfMemory
 from .units import aligned_size
@@ -67,10 +67,7 @@ class Pool:
         capacity: int,
         strategy: str = "best_fit",
         alignment: int = ALIGNMENT,
-        virtual: bool = False,
     ) -> None:
-        """virtual=True: allocate offsets with no bytes behind them, for planning memory on
-        shapes alone (view() then refuses); the statistics are those of a real pool."""
         alignment = operator.index(alignment)
         if alignment <= 0 or alignment & (alignment - 1):
             raise ValueError(
@@ -94,18 +91,6 @@ class Pool:
         self.alignment = alignment
         self.capacity = capacity - capacity % alignment
         self.strategy = strategy
-
-        self.virtual = virtual
-        if virtual:
-            # A planning pool: the same bookkeeping, no bytes behind it (see view()).
-            self.buffer = None
-        else:
-            # Over-allocate by one alignment and slice so the buffer's *address* is aligned,
-            # not only its offsets. np.empty only reserves address space: the OS maps a
-            # page on first write, so an idle buffer costs (almost) no resident memory.
-            raw = np.empty(self.capacity + alignment, dtype=np.uint8)
-            skip = -raw.ctypes.data % alignment
-            self.buffer = raw[skip : skip + self.capacity]  # a view; it keeps `raw` alive
 
         # The id-to-block table: offset -> (size, requested bytes, owner, owner_is_weakref).
         self._live: dict[int, tuple[int, int, object, bool]] = {}
@@ -226,7 +211,7 @@ class Pool:
         self._add_free(start, end - start)
 
     def _bad_offset(self, op: str, offset: int) -> str:
-        """Explain why `offset` is not a live block (for the ValueError of free/view/size_of)."""
+        """Why `offset` is not a live block (for the ValueError of free/check_range/size_of)."""
         msg = f"Pool.{op}: offset {offset} is not a live block"
         i = bisect.bisect_right(self._free_offsets, offset) - 1
         if i >= 0:
@@ -254,26 +239,22 @@ class Pool:
         return entry[0]
 
     @_locked
-    def view(self, offset: int, nbytes: int, within: int | None = None) -> np.ndarray:
-        """A uint8 view (no copy) of the first ``nbytes`` bytes of the live block at ``offset``.
+    def check_range(self, offset: int, nbytes: int, within: int | None = None) -> None:
+        """Raise ValueError unless bytes [offset, offset + nbytes) lie inside the live block at
+        ``offset`` (or, given ``within``, inside the live block at ``within``: a graph's planned
+        tensors live inside its one arena block, at offsets of their own).
 
-        ``within``: the offset of a live block that contains [offset, offset + nbytes): a
-        graph's planned tensors live inside its one arena block, at offsets of their own.
-
-        Writing through the view writes the buffer. The view stays valid memory after
-        ``free``, but the bytes may then belong to another block: use-after-free is
-        the owner's bug, exactly as with a raw pointer.
+        The device checks this before its storage makes a view. A view stays valid memory after
+        ``free``, but the bytes may then belong to another block: use-after-free is the owner's
+        bug, exactly as with a raw pointer.
         """
-        if self.virtual:
-            raise ValueError("Pool.view: a virtual (planning) pool has no bytes to view")
         start = offset if within is None else within
         size = self.size_of(start)
         if not (0 <= nbytes and start <= offset and offset + nbytes <= start + size):
             raise ValueError(
-                f"Pool.view: bytes [{offset}, {offset + nbytes}) do not fit the "
+                f"Pool.check_range: bytes [{offset}, {offset + nbytes}) do not fit the "
                 f"{size}-byte block at offset {start}."
             )
-        return self.buffer[offset : offset + nbytes]
 
     # -- statistics -----------------------------------------------------------
 

@@ -3,16 +3,15 @@ written from y alone (relu: dy * [y > 0]; sigmoid: dy * y * (1 - y)). So the for
 overwrite its input in place (when no later operation reads it), and the backward may
 overwrite dy."""
 
-from nnmem.kernels import cpu as K
 from nnmem.operation import SAME, Operator
 
 
 class _Activation(Operator):
-    kernel_forward = kernel_backward = None
+    kernel_forward = kernel_backward = None  # names of kernels, taken from the device
 
     def forward(self, x):
         y = self.output(x.shape, x.dtype)
-        fwd = type(self).kernel_forward
+        fwd = getattr(self.kernels, self.kernel_forward)
         self.run(
             lambda y_, x_: fwd(y_.reshape(-1), x_.reshape(-1)),
             reads=(x,),
@@ -26,7 +25,7 @@ class _Activation(Operator):
     def backward(self, dy):
         (y,) = self.saved
         dx = self.output(dy.shape, dy.dtype)
-        bwd = type(self).kernel_backward
+        bwd = getattr(self.kernels, self.kernel_backward)
         self.run(
             lambda dx_, dy_, y_: bwd(dx_.reshape(-1), dy_.reshape(-1), y_.reshape(-1)),
             reads=(dy, y),
@@ -39,15 +38,13 @@ class _Activation(Operator):
 class ReLU(_Activation):
     """y = max(x, 0)."""
 
-    kernel_forward = staticmethod(K.relu_forward)
-    kernel_backward = staticmethod(K.relu_backward)
+    kernel_forward, kernel_backward = "relu_forward", "relu_backward"
 
 
 class Sigmoid(_Activation):
     """y = 1 / (1 + exp(-x))."""
 
-    kernel_forward = staticmethod(K.sigmoid_forward)
-    kernel_backward = staticmethod(K.sigmoid_backward)
+    kernel_forward, kernel_backward = "sigmoid_forward", "sigmoid_backward"
 
 
 def relu(x):

@@ -4,7 +4,6 @@ Kernel functions receive NumPy arrays from the device, outputs first: ``fn(*writ
 Elementwise kernels take flat arrays, hence the ``.reshape(-1)`` (a view, no copy).
 """
 
-from nnmem.kernels import cpu as K
 from nnmem.operation import Operator
 from nnmem.tensor import Tensor
 
@@ -35,6 +34,7 @@ class Add(Operator):
     """y = a + b; the gradient flows unchanged into both inputs."""
 
     def forward(self, a, b):
+        K = self.kernels
         _check_same_shape("add", a, b)
         return _binary(self, K.add, a, b)
 
@@ -46,6 +46,7 @@ class Sub(Operator):
     """y = a - b; da = dy, db = -dy."""
 
     def forward(self, a, b):
+        K = self.kernels
         _check_same_shape("sub", a, b)
         return _binary(self, K.sub, a, b)
 
@@ -57,11 +58,13 @@ class Mul(Operator):
     """y = a * b elementwise; da = dy * b, db = dy * a."""
 
     def forward(self, a, b):
+        K = self.kernels
         _check_same_shape("mul", a, b)
         self.save(a, b)
         return _binary(self, K.mul, a, b)
 
     def backward(self, dy):
+        K = self.kernels
         a, b = self.saved
         da = _binary(self, K.mul, dy, b) if self.needs_grad[0] else None
         db = _binary(self, K.mul, dy, a) if self.needs_grad[1] else None
@@ -83,6 +86,7 @@ class Scale(Operator):
 
 
 def _scaled(op, x, alpha):
+    K = op.kernels
     y = op.output(x.shape, x.dtype)
 
     def kernel(y_, x_):

@@ -7,7 +7,6 @@ the running statistics updated in place (SINGA's convention: running = momentum 
 
 import numpy as np
 
-from nnmem.kernels import cpu as K
 from nnmem.operation import Operator, is_training
 
 
@@ -20,6 +19,7 @@ class BatchNorm2d(Operator):
         self.momentum, self.eps = float(momentum), float(eps)
 
     def forward(self, x, scale, bias):
+        K = self.kernels
         c = x.shape[1] if x.ndim() == 4 else None
         if x.ndim() != 4 or scale.shape != (c,) or bias.shape != (c,):
             raise ValueError(
@@ -58,6 +58,7 @@ class BatchNorm2d(Operator):
         return y
 
     def backward(self, dy):
+        K = self.kernels
         x, scale, mean, invstd = self.saved
         dx = self.output(x.shape, dy.dtype)
         dscale, dbias = self.output(scale.shape, dy.dtype), self.output(scale.shape, dy.dtype)

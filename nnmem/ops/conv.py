@@ -5,14 +5,24 @@ workspace) and "direct" (loops, no workspace). With algorithm="auto" the operato
 gemm algorithm as many samples per chunk as the pool's free memory allows and falls back to
 direct when not even one sample's workspace fits: the algorithm follows the memory free at
 this step (SuperNeurons, section on convolution workspaces).
+
+algorithm="benchmark" goes one step further (SuperNeurons 3.5, cuDNN's benchmark mode): the
+workspace is sized the same way, and the first time a pass runs it times every algorithm whose
+workspace fits (each run twice, the second timed: the first compiles the kernels), keeps the
+fastest and fixes it. The choice is remembered per device kind and geometry for the whole
+process, so eager steps, graph replays and new devices agree (the numbers never depend on which
+run chose); `CompiledStep.conv_algorithms()` reports it per layer.
 """
 
-from nnmem.kernels import cpu as K
+import time
+
 from nnmem.operation import Operator
 
 #: Upper bound on one convolution's workspace; beyond it more, smaller GEMMs cost little.
 WORKSPACE_LIMIT_BYTES = 256 * 2**20
-ALGORITHMS = ("auto", "gemm", "direct")
+ALGORITHMS = ("auto", "gemm", "direct", "benchmark")
+#: (device kind, pass, shapes, stride, padding, dtype) -> the algorithm benchmark mode chose.
+BENCHMARKED = {}
 
 
 class Conv2d(Operator):
@@ -25,6 +35,7 @@ class Conv2d(Operator):
         self.stride, self.padding, self.algorithm = tuple(stride), tuple(padding), algorithm
 
     def forward(self, x, W, b=None):
+        K = self.kernels
         if x.ndim() != 4 or W.ndim() != 4 or x.shape[1] != W.shape[1]:
             raise ValueError(
                 f"conv2d: input {x.shape} and filters {W.shape}; need (N, C, H, W) "
@@ -43,13 +54,14 @@ class Conv2d(Operator):
         self.has_bias = b is not None
         y = self.output(out_shape, x.dtype)
         ws = self._workspace(n, x.dtype, extra_bytes=y.memsize())
-        self._conv_pass(K.conv2d_forward_direct, K.conv2d_forward_gemm, y, x, W, ws)
+        self._conv_pass("forward", K.conv2d_forward_direct, K.conv2d_forward_gemm, y, x, W, ws)
         if b is not None:
             self.run(lambda y_, b_, _: K.add_bias_nchw(y_, b_), reads=(b, y), writes=(y,))
         self.save(x if self.needs_grad[1] else None, W if self.needs_grad[0] else None)
         return y
 
     def backward(self, dy):
+        K = self.kernels
         x, W = self.saved
         c, h, w, o, kh, kw = self.geometry
         dx = dW = db = None
@@ -63,20 +75,32 @@ class Conv2d(Operator):
         ws = self._workspace(dy.shape[0], dy.dtype, extra_bytes=grads_bytes)
         if dx is not None:
             self._conv_pass(
-                K.conv2d_backward_data_direct, K.conv2d_backward_data_gemm, dx, dy, W, ws
+                "backward data",
+                K.conv2d_backward_data_direct,
+                K.conv2d_backward_data_gemm,
+                dx,
+                dy,
+                W,
+                ws,
             )
         if dW is not None:
             self._conv_pass(
-                K.conv2d_backward_filter_direct, K.conv2d_backward_filter_gemm, dW, dy, x, ws
+                "backward filter",
+                K.conv2d_backward_filter_direct,
+                K.conv2d_backward_filter_gemm,
+                dW,
+                dy,
+                x,
+                ws,
             )
         if self.has_bias and self.needs_grad[2]:
             db = self.output((o,), dy.dtype)
             self.run(K.bias_grad_nchw, reads=(dy,), writes=(db,))
         return (dx, dW, db) if self.has_bias else (dx, dW)
 
-    def _conv_pass(self, direct, gemm, out, a, b, ws):
+    def _conv_pass(self, pass_name, direct, gemm, out, a, b, ws):
         """Run one of the three convolution passes, out = f(a, b), with the gemm algorithm when
-        there is a workspace and the direct one otherwise."""
+        there is a workspace and the direct one otherwise (benchmark mode: the faster one)."""
         (sh, sw), (ph, pw) = self.stride, self.padding
         if ws is None:
             self.run(
@@ -84,18 +108,36 @@ class Conv2d(Operator):
                 reads=(a, b),
                 writes=(out,),
             )
-        else:
+            return
+        if self.algorithm != "benchmark":
             self.run(
                 lambda out_, ws_, a_, b_: gemm(out_, a_, b_, ws_, sh, sw, ph, pw),
                 reads=(a, b),
                 writes=(out, ws),
             )
+            return
+        candidates = {
+            "gemm": lambda out_, ws_, a_, b_: gemm(out_, a_, b_, ws_, sh, sw, ph, pw),
+            "direct": lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw),
+        }
+        key = (self.device.kind, pass_name, a.shape, b.shape, out.shape)
+        key += (self.stride, self.padding, str(out.dtype))
+        device = self.device
+
+        def fastest(*arrays):
+            if key not in BENCHMARKED:
+                BENCHMARKED[key] = _time_candidates(device, candidates, arrays)
+            candidates[BENCHMARKED[key]](*arrays)
+
+        fastest.conv_algorithm = (pass_name, lambda: BENCHMARKED.get(key, "not run yet"))
+        self.run(fastest, reads=(a, b), writes=(out, ws))
 
     def _workspace(self, n, dtype, extra_bytes):
         """The gemm workspace tensor sized to the free memory, or None for the direct algorithm.
 
         `extra_bytes` are the outputs still to be allocated at this step: the workspace must
         leave room for them."""
+        K = self.kernels
         if self.algorithm == "direct":
             return None
         c, h, w, o, kh, kw = self.geometry
@@ -110,6 +152,20 @@ class Conv2d(Operator):
             if samples == 0:
                 return None
         return self.output((samples * per_sample,), dtype)
+
+
+def _time_candidates(device, candidates, arrays):
+    """The name of the fastest candidate on these arrays: each runs twice (the first run may
+    compile), the second timed between two device synchronisations."""
+    seconds = {}
+    for name, run in candidates.items():
+        run(*arrays)
+        device.Sync()
+        start = time.perf_counter()
+        run(*arrays)
+        device.Sync()
+        seconds[name] = time.perf_counter() - start
+    return min(seconds, key=seconds.get)
 
 
 def conv2d(x, W, b=None, stride=1, padding=0, algorithm="auto"):

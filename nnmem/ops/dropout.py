@@ -1,15 +1,16 @@
 """Dropout (inverted): in training, y = x * mask with mask = 0 (probability `ratio`) or
 1 / (1 - ratio); at inference y = x.
 
-The mask is drawn from the device's generator when the kernel runs (so a replayed graph draws
-a new mask every iteration) and kept for backward. Every draw reads and writes the device's
-`rng_state` tensor: a graph therefore keeps the draws in their recorded order, whatever order
-it runs the other operations in, and replays give the same numbers as eager runs.
+The mask is a counter-based draw (kernels/counter_rng.py): element i of draw number c under
+the device's seed is a hash of (seed, c, i), computed by the kernel, so the CPU and a GPU draw
+the same masks and the host never takes part. The draw counter c is the device's `rng_state`, a
+1-element tensor every draw reads and increments: a graph therefore keeps the draws in their
+recorded order, whatever order it runs the other operations in, a replay draws a new mask every
+iteration, and replays give the same numbers as eager runs. The mask is kept for backward.
 """
 
 import numpy as np
 
-from nnmem.kernels import cpu as K
 from nnmem.operation import Operator, is_training
 from nnmem.tensor import Tensor
 
@@ -30,16 +31,17 @@ class Dropout(Operator):
         self.ratio = float(ratio)
 
     def forward(self, x):
+        K = self.kernels
         if not is_training():
             return x
         y, mask = self.output(x.shape, x.dtype), self.output(x.shape, x.dtype)
-        rng, ratio = self.device.rng, self.ratio
-        state = _draw_counter(self.device)
+        device, ratio = self.device, self.ratio
+        state = _draw_counter(device)
 
         def draw_and_apply(y_, mask_, state_, x_, _):
-            rng.random(out=mask_.reshape(-1), dtype=mask_.dtype)
-            state_[0] += 1  # counts draws; the read+write is what orders them in a graph
-            K.dropout_forward(y_.reshape(-1), mask_.reshape(-1), x_.reshape(-1), ratio)
+            # device.seed is read when this runs, so a SetRandSeed between replays counts
+            flat = y_.reshape(-1), mask_.reshape(-1)
+            K.dropout_forward(*flat, state_, x_.reshape(-1), ratio, device.seed)
 
         def apply_mask(y_, x_, mask_):  # the same product, with the mask drawn above
             K.mul(y_.reshape(-1), x_.reshape(-1), mask_.reshape(-1))
@@ -55,6 +57,7 @@ class Dropout(Operator):
         return y
 
     def backward(self, dy):
+        K = self.kernels
         (mask,) = self.saved
         dx = self.output(dy.shape, dy.dtype)
         self.run(

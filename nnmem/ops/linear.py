@@ -1,6 +1,5 @@
 """Dense algebra: y = x @ W (Matmul) and y = x + b broadcast over rows (AddBias)."""
 
-from nnmem.kernels import cpu as K
 from nnmem.operation import Operator
 
 
@@ -8,6 +7,7 @@ class Matmul(Operator):
     """y = a @ b for 2-D a (n, k) and b (k, m); da = dy @ b^T, db = a^T @ dy."""
 
     def forward(self, a, b):
+        K = self.kernels
         if a.ndim() != 2 or b.ndim() != 2 or a.shape[1] != b.shape[0]:
             raise ValueError(
                 f"matmul: shapes {a.shape} and {b.shape} do not chain; need (n, k) "
@@ -21,14 +21,23 @@ class Matmul(Operator):
         return y
 
     def backward(self, dy):
+        K = self.kernels
         a, b = self.saved
         da = db = None
         if self.needs_grad[0]:
             da = self.output((dy.shape[0], b.shape[0]), dy.dtype)
-            self.run(lambda da_, dy_, b_: K.matmul(da_, dy_, b_.T), reads=(dy, b), writes=(da,))
+            self.run(
+                lambda da_, dy_, b_: K.matmul(da_, dy_, b_, trans_b=True),
+                reads=(dy, b),
+                writes=(da,),
+            )
         if self.needs_grad[1]:
             db = self.output((a.shape[1], dy.shape[1]), dy.dtype)
-            self.run(lambda db_, a_, dy_: K.matmul(db_, a_.T, dy_), reads=(a, dy), writes=(db,))
+            self.run(
+                lambda db_, a_, dy_: K.matmul(db_, a_, dy_, trans_a=True),
+                reads=(a, dy),
+                writes=(db,),
+            )
         return da, db
 
 
@@ -36,6 +45,7 @@ class AddBias(Operator):
     """y[i, :] = x[i, :] + b; db = sum over rows of dy."""
 
     def forward(self, x, b):
+        K = self.kernels
         if x.ndim() != 2 or b.shape != (x.shape[1],):
             raise ValueError(f"add_bias: x {x.shape} and bias {b.shape}; need (n, f) and (f,)")
         y = self.output(x.shape, x.dtype)
@@ -48,6 +58,7 @@ class AddBias(Operator):
         return y
 
     def backward(self, dy):
+        K = self.kernels
         db = None
         if self.needs_grad[1]:
             db = self.output((dy.shape[1],), dy.dtype)

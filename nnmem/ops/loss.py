@@ -1,7 +1,6 @@
 """Losses: softmax cross-entropy (labels as class ids or one-hot rows) and mean squared error.
 Both return a tensor of shape (1,) holding the mean over the batch."""
 
-from nnmem.kernels import cpu as K
 from nnmem.operation import Operator
 
 
@@ -9,6 +8,7 @@ class SoftMaxCrossEntropy(Operator):
     """loss = -1/N sum_n log softmax(x_n)[t_n]; dx = (softmax(x) - onehot(t)) / N."""
 
     def forward(self, x, t):
+        K = self.kernels
         if x.ndim() != 2:
             raise ValueError(
                 f"softmax_cross_entropy: logits of shape {x.shape}; need (batch, "
@@ -41,6 +41,7 @@ class SoftMaxCrossEntropy(Operator):
         return loss
 
     def backward(self, dloss):
+        K = self.kernels
         prob, t = self.saved
         dx = self.output(prob.shape, prob.dtype)
         bwd = (
@@ -56,6 +57,7 @@ class MeanSquareError(Operator):
     """loss = 0.5 * sum((x - t)^2) / N with N = x.shape[0] (SINGA's); dx = (x - t) / N."""
 
     def forward(self, x, t):
+        K = self.kernels
         if x.shape != t.shape or x.dtype != t.dtype:
             raise ValueError(
                 f"mse: prediction {x.shape} {x.dtype} and target {t.shape} {t.dtype}"
@@ -77,6 +79,7 @@ class MeanSquareError(Operator):
         return loss
 
     def backward(self, dloss):
+        K = self.kernels
         (err,) = self.saved
         dx = self.output(err.shape, err.dtype)
         shape2d = self.shape2d

@@ -7,7 +7,6 @@ until its backward has run (Caffe keeps the same): a layer that is cheap to comp
 to keep, the kind SuperNeurons recomputes in the backward pass instead of keeping.
 """
 
-from nnmem.kernels import cpu as K
 from nnmem.operation import SAME, Operator
 
 
@@ -21,6 +20,7 @@ class LRN(Operator):
         self.size, self.alpha, self.beta, self.k = int(size), float(alpha), float(beta), float(k)
 
     def forward(self, x):
+        K = self.kernels
         if x.ndim() != 4:
             raise ValueError(
                 f"lrn: input of shape {x.shape}; LRN normalises across the channels "
@@ -39,6 +39,7 @@ class LRN(Operator):
         return y
 
     def backward(self, dy):
+        K = self.kernels
         x, y, scale = self.saved
         dx = self.output(x.shape, dy.dtype)
         size, alpha, beta = self.size, self.alpha, self.beta

@@ -1,10 +1,11 @@
 """Shape operators: Flatten (a view, no copy) and Cat (concatenation along an axis).
 
-Cat only moves data, so it uses NumPy copies into the output's pool bytes directly; the
-output is its own block (the inputs stay alive only as long as something else needs them).
+Cat only moves data: viewed as 2-D (rows = the dimensions before the axis, columns = the
+rest), each input is a block of the output's columns, copied by the device's concat kernels.
+The output is its own block (the inputs stay alive only as long as something else needs them).
 """
 
-import numpy as np
+import math
 
 from nnmem.operation import Operator
 from nnmem.ops.arith import Reshape
@@ -20,8 +21,8 @@ class Flatten(Reshape):
     def forward(self, x):
         if not 0 < self.axis <= x.ndim():
             raise ValueError(f"flatten: axis {self.axis} for a {x.ndim()}-D input")
-        lead = int(np.prod(x.shape[: self.axis]))
-        self.shape = (lead, -1) if lead else (0, int(np.prod(x.shape[self.axis :])))
+        lead = math.prod(x.shape[: self.axis])
+        self.shape = (lead, -1) if lead else (0, math.prod(x.shape[self.axis :]))
         return super().forward(x)
 
 
@@ -48,20 +49,33 @@ class Cat(Operator):
         shape = list(xs[0].shape)
         shape[axis] = sum(x.shape[axis] for x in xs)
         y = self.output(tuple(shape), xs[0].dtype)
-        self.run(lambda y_, *xs_: np.concatenate(xs_, axis=axis, out=y_), reads=xs, writes=(y,))
+        rows, trail = math.prod(shape[:axis]), math.prod(shape[axis + 1 :])
+        columns = [x.shape[axis] * trail for x in xs]
+        copy_in = self.kernels.concat_copy_in
+
+        def concatenate(y_, *xs_):
+            y2, offset = y_.reshape(rows, sum(columns)), 0
+            for x_, cols in zip(xs_, columns):
+                copy_in(y2, x_.reshape(rows, cols), offset)
+                offset += cols
+
+        self.run(concatenate, reads=xs, writes=(y,))
         self.sizes = [x.shape[axis] for x in xs]
-        self.axis = axis
+        self.axis, self.rows, self.trail = axis, rows, trail
         return y
 
     def backward(self, dy):
-        dxs, start = [], 0
+        dxs, start, rows, trail = [], 0, self.rows, self.trail  # trail: columns per axis unit
+        ycols = dy.shape[self.axis] * trail
+        copy_out = self.kernels.concat_copy_out
         for size, needed in zip(self.sizes, self.needs_grad):
             if needed:
                 shape = dy.shape[: self.axis] + (size,) + dy.shape[self.axis + 1 :]
                 dx = self.output(shape, dy.dtype)
-                index = (slice(None),) * self.axis + (slice(start, start + size),)
                 self.run(
-                    lambda dx_, dy_, index=index: np.copyto(dx_, dy_[index]),
+                    lambda dx_, dy_, offset=start * trail, cols=size * trail: copy_out(
+                        dx_.reshape(rows, cols), dy_.reshape(rows, ycols), offset
+                    ),
                     reads=(dy,),
                     writes=(dx,),
                 )

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from kernel_testutil import assert_close64
 
+from nnmem.kernels import counter_rng
 from nnmem.kernels.cpu import (
     add,
     add_bias_nchw,
@@ -14,6 +15,7 @@ from nnmem.kernels.cpu import (
     dropout_backward,
     dropout_forward,
     fill,
+    increment,
     mul,
     relu_backward,
     relu_forward,
@@ -93,26 +95,44 @@ def test_axpy_scale_fill_copy(rng):
     np.testing.assert_array_equal(y, x)
 
 
-def test_dropout(rng):
+def _uniforms(seed, counter, n):
+    """counter_uniform's definition, spelt out with the reference splitmix64 (plain Python)."""
+    s = np.uint64
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps on purpose
+        key = counter_rng.splitmix64(s(seed) + counter_rng.splitmix64(s(counter)))
+        return np.array([float(counter_rng.splitmix64(key + s(i)) >> s(40)) * 2.0**-24
+                         for i in range(n)])  # fmt: skip
+
+
+def test_dropout_draws_counter_based_masks(rng):
     x = rng.standard_normal(N)
-    u = rng.uniform(size=N)
-    mask = u.copy()
-    y = np.empty(N)
-    dropout_forward(y, mask, x, 0.4)
-    expect_mask = np.where(u < 0.4, 0.0, 1.0 / 0.6)
-    assert_close64(mask, expect_mask)
+    mask, y, state = np.empty(N), np.empty(N), np.array([5], np.int64)
+    dropout_forward(y, mask, state, x, 0.4, 1234)
+    expect_mask = np.where(_uniforms(1234, 5, N) < 0.4, 0.0, 1.0 / 0.6)
+    np.testing.assert_array_equal(mask, expect_mask)
     assert_close64(y, x * expect_mask)
+    assert state[0] == 6  # the next draw is another one
+    dropout_forward(y, mask, state, x, 0.4, 1234)
+    assert not np.array_equal(mask, expect_mask)
+    np.testing.assert_array_equal(mask, np.where(_uniforms(1234, 6, N) < 0.4, 0.0, 1.0 / 0.6))
     dy = rng.standard_normal(N)
     dx = np.empty(N)
     dropout_backward(dx, dy, mask)
-    assert_close64(dx, dy * expect_mask)
-    mask = u.copy()
+    assert_close64(dx, dy * mask)
     xi = x.copy()
-    dropout_forward(xi, mask, xi, 0.0)  # ratio 0: identity, in place
+    dropout_forward(xi, mask, state, xi, 0.0, 1)  # ratio 0: identity, in place
     np.testing.assert_array_equal(xi, x)
-    mask = u.copy()
-    dropout_forward(y, mask, x, 1.0)  # ratio 1: everything dropped, no inf
+    dropout_forward(y, mask, state, x, 1.0, 1)  # ratio 1: everything dropped, no inf
     assert np.all(y == 0) and np.all(mask == 0)
+
+
+def test_counter_uniforms_are_uniform():
+    """A million draws: the mean and the share below 0.3 are within 5 standard errors."""
+    x = np.ones(1 << 20, np.float32)
+    y, mask = np.empty_like(x), np.empty_like(x)
+    dropout_forward(y, mask, np.zeros(1, np.int64), x, 0.3, 2**63 - 1)
+    dropped = (mask == 0).mean()
+    assert abs(dropped - 0.3) < 5 * np.sqrt(0.3 * 0.7 / x.size)
 
 
 def test_bias_add_and_grad(rng):
@@ -155,7 +175,7 @@ def test_float32(rng):
     fill(y, 0.25)
     copy(y, x)
     mask = np.linspace(0, 1, N, endpoint=False).astype(np.float32)
-    dropout_forward(y, mask, x, 0.5)
+    dropout_forward(y, mask, np.zeros(1, np.int64), x, 0.5, 7)
     dropout_backward(y, x, mask)
     y2 = rng.standard_normal((4, 6)).astype(np.float32)
     b = np.ones(6, np.float32)
@@ -169,3 +189,11 @@ def test_float32(rng):
     bias_grad_nchw(db, y4)
     np.testing.assert_allclose(db, y4.astype(np.float64).sum((0, 2, 3)), rtol=1e-6)
     assert y.dtype == np.float32
+
+
+def test_increment_counts_in_place():
+    for dtype in (np.int32, np.int64):
+        counter = np.array([41], dtype)
+        increment(counter)
+        increment(counter)
+        assert counter.dtype == dtype and counter[0] == 43

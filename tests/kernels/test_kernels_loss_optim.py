@@ -161,7 +161,7 @@ def test_adam(rng):
     lr, b1, b2, eps, wd = 1e-2, 0.9, 0.999, 1e-8, 1e-3
     for step in range(1, 4):
         g = rng.standard_normal(9)
-        adam_update(p, g, m, v, lr, b1, b2, eps, wd, step)
+        adam_update(p, g, m, v, np.array([step - 1], np.int32), lr, b1, b2, eps, wd)
         gg = g + wd * p_ref
         m_ref = b1 * m_ref + (1 - b1) * gg
         v_ref = b2 * v_ref + (1 - b2) * gg * gg
@@ -169,8 +169,8 @@ def test_adam(rng):
         assert_close64(p, p_ref)
         assert_close64(m, m_ref)
         assert_close64(v, v_ref)
-    with pytest.raises(ValueError, match="step counts from 1"):
-        adam_update(p, g, m, v, lr, b1, b2, eps, wd, 0)
+    with pytest.raises(ValueError, match="must not be negative"):
+        adam_update(p, g, m, v, np.array([-1], np.int32), lr, b1, b2, eps, wd)
 
 
 def test_optim_float32(rng):
@@ -179,7 +179,7 @@ def test_optim_float32(rng):
     buf = np.zeros(8, np.float32)
     sgd_update(p, g, buf, 0.1, 0.9, 0.0, 0.0, False)
     m, v = np.zeros(8, np.float32), np.zeros(8, np.float32)
-    adam_update(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1)
+    adam_update(p, g, m, v, np.zeros(1, np.int32), 1e-3, 0.9, 0.999, 1e-8, 0.0)
     assert p.dtype == np.float32 and np.isfinite(p).all()
 
 
@@ -189,5 +189,10 @@ def test_matmul(rng):
     out = np.empty((4, 5))
     matmul(out, a, b.T)  # transposed view as input
     assert_close64(out, a @ b.T)
+    matmul(out, a, b, trans_b=True)  # the transpose by flag: the same product
+    assert_close64(out, a @ b.T)
+    out_t = np.empty((3, 3))
+    matmul(out_t, a, a, trans_a=True)
+    assert_close64(out_t, a.T @ a)
     with pytest.raises(TypeError, match="dtypes must match"):
         matmul(out.astype(np.float32), a, b.T)

@@ -1,0 +1,185 @@
+"""2-D max and average pooling (NCHW), forward and backward.
+
+The contract is kernels/cpu/pool.py's: window (i, j) covers rows i*sh-ph .. i*sh-ph+kh-1 and
+columns j*sw-pw .. j*sw-pw+kw-1; padding needs ph < kh and pw < kw (every window overlaps the
+input); max pooling treats padding as -inf, breaks ties towards the first maximum in row-major
+window order, and stores in ``argmax`` (int32, shape of y) the flat index row*W + col of the
+chosen element in its (n, c) plane; average pooling divides every window sum by kh*kw.
+
+Thread mapping: the forward kernels and the average-pooling backward give one thread to each
+OUTPUT element (of y, or of dx), which loops over its window (or over the windows covering its
+pixel: a gather, no atomics) and writes once; threads run along the last axis (coalesced).
+
+Max-pooling backward cannot gather: it receives no window geometry, only argmax, which says for
+each output which input it came from, not the reverse. So it zeroes dx and then gives one thread
+to each element of dy, which adds dy into dx at argmax with an atomic add: overlapping windows
+may pick the same input, and their adds must not be lost. Float addition is commutative, so an
+input picked by at most two windows gets the same bits whatever the order (0 + a + b = 0 + b + a),
+and with disjoint windows (stride >= kernel, the common case) every input is picked at most once;
+an input picked by three or more overlapping windows may differ in the last bit from run to run.
+None allocates or needs a workspace.
+"""
+
+from numba import cuda
+
+from ..cpu.pool import pool2d_output_shape
+from ._launch import A3, A4, check_device, each_float, float_dtype, kernel, launch_1d
+from .elementwise import fill
+
+__all__ = [
+    "pool2d_output_shape",
+    "maxpool2d_forward",
+    "maxpool2d_backward",
+    "avgpool2d_forward",
+    "avgpool2d_backward",
+]
+
+_WINDOW = "int64, int64, int64, int64, int64, int64"  # kh, kw, sh, sw, ph, pw
+
+
+def _check_pool(name, y, x, kh, kw, sh, sw, ph, pw):
+    check_device(name, ndim=4, y=y, x=x)
+    float_dtype(name, y=y, x=x)
+    if ph >= kh or pw >= kw or ph < 0 or pw < 0 or sh < 1 or sw < 1:
+        raise ValueError("pool2d: padding must satisfy 0 <= ph < kh and 0 <= pw < kw")
+    n, c, h, w = x.shape
+    oh = (h + 2 * ph - kh) // sh + 1
+    ow = (w + 2 * pw - kw) // sw + 1
+    if y.shape != (n, c, oh, ow) or oh < 1 or ow < 1:
+        raise ValueError("pool2d: y must have shape pool2d_output_shape(x.shape, ...)")
+    return tuple(int(a) for a in (kh, kw, sh, sw, ph, pw))
+
+
+@kernel(*each_float(f"void({A4}, int32[:, :, :, ::1], {A4}, {_WINDOW})"))
+def _maxpool_forward_kernel(y, argmax, x, kh, kw, sh, sw, ph, pw):
+    """Thread t: y[b, c, i, j] and argmax[b, c, i, j], t = ((b*C + c)*OH + i)*OW + j."""
+    t = cuda.grid(1)
+    n, c, oh, ow = y.shape
+    if t >= n * c * oh * ow:
+        return
+    j = t % ow
+    i = (t // ow) % oh
+    ci = (t // (ow * oh)) % c
+    b = t // (ow * oh * c)
+    h, w = x.shape[2], x.shape[3]
+    u_lo = max(i * sh - ph, 0)
+    u_hi = min(i * sh - ph + kh, h)
+    v_lo = max(j * sw - pw, 0)
+    v_hi = min(j * sw - pw + kw, w)
+    best = x[b, ci, u_lo, v_lo]
+    best_idx = u_lo * w + v_lo
+    for u in range(u_lo, u_hi):
+        for v in range(v_lo, v_hi):
+            val = x[b, ci, u, v]
+            if val > best:  # strict: ties keep the first maximum
+                best = val
+                best_idx = u * w + v
+    y[b, ci, i, j] = best
+    argmax[b, ci, i, j] = best_idx
+
+
+@kernel(*each_float(f"void({A3}, {A3}, int32[:, :, ::1])"))
+def _maxpool_backward_kernel(dx, dy, argmax):
+    """Thread t: element t of dy viewed as (N, C, OH*OW), added into dx (N, C, H*W) at its
+    argmax with an atomic add (several windows may have picked the same input)."""
+    t = cuda.grid(1)
+    n, c, nout = dy.shape
+    if t < n * c * nout:
+        k = t % nout
+        plane = t // nout
+        b = plane // c
+        ci = plane % c
+        cuda.atomic.add(dx, (b, ci, argmax[b, ci, k]), dy[b, ci, k])
+
+
+@kernel(*each_float(f"void({A4}, {A4}, {_WINDOW})"))
+def _avgpool_forward_kernel(y, x, kh, kw, sh, sw, ph, pw):
+    """Thread t: y[b, c, i, j] = (window sum, float64) / (kh*kw)."""
+    t = cuda.grid(1)
+    n, c, oh, ow = y.shape
+    if t >= n * c * oh * ow:
+        return
+    j = t % ow
+    i = (t // ow) % oh
+    ci = (t // (ow * oh)) % c
+    b = t // (ow * oh * c)
+    h, w = x.shape[2], x.shape[3]
+    s = 0.0
+    for u in range(max(i * sh - ph, 0), min(i * sh - ph + kh, h)):
+        for v in range(max(j * sw - pw, 0), min(j * sw - pw + kw, w)):
+            s += x[b, ci, u, v]
+    y[b, ci, i, j] = s * (1.0 / (kh * kw))
+
+
+@kernel(*each_float(f"void({A4}, {A4}, {_WINDOW})"))
+def _avgpool_backward_kernel(dx, dy, kh, kw, sh, sw, ph, pw):
+    """Thread t: dx[b, c, u, v] = sum over the windows (i, j) containing (u, v) of
+    dy[b, c, i, j] / (kh*kw): window row p = u - (i*sh - ph), so i = (u + ph - p) / sh."""
+    t = cuda.grid(1)
+    n, c, h, w = dx.shape
+    if t >= n * c * h * w:
+        return
+    v = t % w
+    u = (t // w) % h
+    ci = (t // (w * h)) % c
+    b = t // (w * h * c)
+    oh, ow = dy.shape[2], dy.shape[3]
+    inv = 1.0 / (kh * kw)
+    s = 0.0
+    for p in range(kh):
+        ii = u + ph - p
+        if ii < 0 or ii % sh != 0 or ii // sh >= oh:
+            continue
+        for q in range(kw):
+            jj = v + pw - q
+            if jj >= 0 and jj % sw == 0 and jj // sw < ow:
+                s += dy[b, ci, ii // sh, jj // sw] * inv
+    dx[b, ci, u, v] = s
+
+
+def maxpool2d_forward(y, argmax, x, kh, kw, sh, sw, ph, pw, *, stream=0):
+    """y[n,c,i,j] = max over the window (padding = -inf); argmax = flat in-plane index of it.
+    Writes y, argmax; one thread per element of y."""
+    args = _check_pool("maxpool2d_forward", y, x, kh, kw, sh, sw, ph, pw)
+    check_device("maxpool2d_forward", argmax=argmax)
+    if argmax.shape != y.shape or argmax.dtype.name != "int32":
+        raise ValueError("maxpool2d_forward: argmax must be int32 with the shape of y")
+    launch_1d(_maxpool_forward_kernel, y.size, stream, y, argmax, x, *args)
+
+
+def maxpool2d_backward(dx, dy, argmax, *, stream=0):
+    """dx = 0, then dx[n,c].flat[argmax[n,c,i,j]] += dy[n,c,i,j].
+    Overwrites dx; a fill, then one thread per element of dy with an atomic add."""
+    check_device("maxpool2d_backward", ndim=4, dx=dx, dy=dy, argmax=argmax)
+    float_dtype("maxpool2d_backward", dx=dx, dy=dy)
+    if argmax.dtype.name != "int32":
+        raise TypeError(f"maxpool2d_backward: argmax has dtype {argmax.dtype}, expected int32")
+    if dy.shape != argmax.shape or dx.shape[0] != dy.shape[0] or dx.shape[1] != dy.shape[1]:
+        raise ValueError(
+            "maxpool2d_backward: dy and argmax must agree, and dx must have the same N, C"
+        )
+    n, c, h, w = dx.shape
+    nout = dy.shape[2] * dy.shape[3]
+    fill(dx.reshape(-1), 0.0, stream=stream)
+    launch_1d(
+        _maxpool_backward_kernel,
+        dy.size,
+        stream,
+        dx.reshape(n, c, h * w),
+        dy.reshape(n, c, nout),
+        argmax.reshape(n, c, nout),
+    )
+
+
+def avgpool2d_forward(y, x, kh, kw, sh, sw, ph, pw, *, stream=0):
+    """y[n,c,i,j] = (sum of the window, padding counted as 0) / (kh*kw).
+    Writes y; one thread per element of y."""
+    args = _check_pool("avgpool2d_forward", y, x, kh, kw, sh, sw, ph, pw)
+    launch_1d(_avgpool_forward_kernel, y.size, stream, y, x, *args)
+
+
+def avgpool2d_backward(dx, dy, kh, kw, sh, sw, ph, pw, *, stream=0):
+    """dx[n,c,u,v] = sum over windows containing (u,v) of dy[n,c,i,j] / (kh*kw).
+    Overwrites dx; one thread per element of dx (a gather: no atomics)."""
+    args = _check_pool("avgpool2d_backward", dy, dx, kh, kw, sh, sw, ph, pw)
+    launch_1d(_avgpool_backward_kernel, dx.size, stream, dx, dy, *args)

@@ -1,0 +1,293 @@
+"""Device: what every kind of device shares, and the seam each kind fills in.
+
+SINGA's contract, kept here: every operation hands the device a function together with what
+it reads and what it writes, ``dev.exec(fn, reads, writes)``. Knowing the blocks is what lets
+the device allocate lazily (a written block gets its bytes just before its first writer runs)
+and, in graph mode, order, recycle and plan the memory of a recorded training step.
+
+The function receives arrays viewing the tensors' bytes, outputs first:
+``fn(*write_arrays, *read_arrays)`` -- NumPy arrays on the CPU, numba.cuda device arrays on a
+GPU -- and calls kernels it took from ``dev.kernels``; it never sees a Tensor, so a recorded
+graph keeps no Python reference alive.
+
+The seam. A kind of device decides four things, and nothing else differs:
+
+* where the bytes are: ``storage`` (memory/storage.py), behind one device-agnostic Pool;
+* which kernels run: ``kernels``, a module (or namespace) with the names of nnmem.kernels.cpu;
+* how bytes cross between host and device: ``_write_from_host``, ``to_host``, ``copy_tensor``;
+* how work is queued: ``compute_stream``, ``copy_stream``, ``create_stream``, ``create_event``.
+"""
+
+import contextlib
+import itertools
+import threading
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from nnmem.interrupts import deferred_interrupts
+from nnmem.memory.arena import SharedArena
+from nnmem.memory.block import Block
+from nnmem.memory.pool import ALIGNMENT, Pool
+from nnmem.memory.units import format_bytes, parse_bytes
+
+_numbers = itertools.count()  # every device of the process gets its own number (repr, reports)
+
+
+def _fresh_seed():
+    """A seed for the counter-based draws from the operating system's entropy, in [0, 2**63):
+    kernels receive it as a Python int, which Numba passes as int64."""
+    return int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+class Device:
+    """A device: a memory pool, random numbers, ``exec``, and the switches a learner flips.
+
+    dry_run   -- run no kernel and allocate nothing (Model.compile's shape-only pass).
+    recycle   -- free a block as soon as nothing refers to it (default). Off: keep every block
+                 of a training step until the step ends, failed or not (SuperNeurons'
+                 network-wide allocation, the baseline every memory technique is measured
+                 against); outside a step, blocks are freed at once.
+    recorder  -- while a Model records its step, exec calls are appended to it, not run.
+    memory_samples -- when a list, every kernel run appends (name, allocated bytes, live
+                 blocks): the raw data of a measured Timeline (nnmem.measure).
+
+    Random numbers: ``rng`` (a NumPy generator on the host) initialises parameters; dropout
+    masks are counter-based draws (kernels/counter_rng.py) from ``seed`` and the draw counter
+    ``rng_state``, a 1-element tensor in the pool, so a GPU draws them without the host.
+    """
+
+    lang = "cpp"
+    kind = "abstract"
+    runs_kernels = True  # False: a planning device, which only allocates
+    kernels = None  # set by each kind: the module of kernels its operations call
+
+    def __init__(self, pool_bytes, strategy, name, dev_id=-1):
+        self.pool = Pool(parse_bytes(pool_bytes), strategy=strategy, alignment=ALIGNMENT)
+        self.storage = self._make_storage(self.pool.capacity, ALIGNMENT)
+        self.graph_arena = SharedArena(self.pool)  # where compiled steps plan intermediates
+        self.name = name
+        self.number = next(_numbers)
+        self.dev_id = dev_id
+        self.rng = np.random.default_rng()
+        self.seed = _fresh_seed()
+        self.dry_run = False
+        self.recycle = True
+        self._deferred = []  # blocks whose frees wait for the end of the step (recycle off)
+        # One step at a time: a step (and every exec) holds this lock, so two threads that
+        # share the device take turns instead of interleaving in its pool, graph arena,
+        # recorder and dry-run switch. Reentrant: a step's own execs take it again.
+        self.lock = threading.RLock()
+        self._steps_running = 0
+        self.commits = 0  # commit phases begun (a step that began one cannot be rolled back)
+        self.recorder = None
+        self.memory_samples = None
+        self.verbosity, self.skip_iterations, self.iteration = 0, 0, 0
+        self.profile = defaultdict(lambda: [0.0, 0])  # name -> [seconds, calls]
+        # dropout's draw counter, a 1-element int64 tensor every random draw reads and writes,
+        # so that a recorded graph keeps the draws in order (nnmem.ops.dropout makes it)
+        self.rng_state = None
+
+    # -- the seam: what each kind of device provides ----------------------------------------
+    def _make_storage(self, capacity, alignment):
+        """The object that owns the pool's `capacity` bytes (see memory/storage.py)."""
+        raise NotImplementedError
+
+    def _write_from_host(self, tensor, write):
+        """Let ``write(array)`` fill a host array of the tensor's shape and dtype, and put it
+        into the tensor's (already allocated) bytes."""
+        raise NotImplementedError
+
+    def to_host(self, tensor, out=None):
+        """A copy of the tensor's bytes in a new NumPy array, or in `out` (a host array of the
+        tensor's shape and dtype); waits for the work queued before it. Returns the array."""
+        raise NotImplementedError
+
+    def copy_tensor(self, dst, src):
+        """dst's bytes = src's bytes (same shape and dtype), queued on the compute stream."""
+        raise NotImplementedError
+
+    def create_stream(self):
+        """A new queue of work that runs in order, beside the others (see streams.py)."""
+        raise NotImplementedError
+
+    def create_event(self):
+        """A new event: recorded on a stream, it is set when the work queued before it ends."""
+        raise NotImplementedError
+
+    def pinned_array(self, shape, dtype):
+        """A host array the copy engine can read and write directly (page-locked on a GPU)."""
+        return np.empty(shape, dtype)
+
+    def copy_to_host_async(self, tensor, out, stream):
+        """Queue ``out[...] = tensor's bytes`` on `stream`; record an event to know when."""
+        raise NotImplementedError
+
+    def copy_from_host_async(self, tensor, host, stream):
+        """Queue ``tensor's bytes = host`` on `stream` (the tensor must be allocated)."""
+        raise NotImplementedError
+
+    def Sync(self):
+        """Wait until every queued kernel and copy of this device has finished."""
+        self.compute_stream.synchronize()
+        self.copy_stream.synchronize()
+
+    # -- memory ---------------------------------------------------------------------------
+    def new_block(self, nbytes, desc=""):
+        """A lazily allocated block of `nbytes` in this device's pool."""
+        return Block(self, nbytes, desc)
+
+    def view(self, offset, nbytes, within=None):
+        """A uint8 array (no copy) of bytes [offset, offset + nbytes) of the live block at
+        `offset` (or inside the live block at `within`: see Pool.check_range)."""
+        self.pool.check_range(offset, nbytes, within)
+        return self.storage.view(offset, nbytes)
+
+    def write_from_host(self, tensor, write):
+        """Allocate the tensor (lazily), then fill it from the host with ``write(array)``.
+
+        Holds the device's lock: a write waits for a step another thread is running, and two
+        threads' first writes to one tensor allocate it once."""
+        with self.lock:
+            tensor.block.ensure_allocated()
+            self._write_from_host(tensor, write)
+        return tensor
+
+    def on_unreferenced(self, block):
+        """The last reference to `block` is gone: free it now, or (recycling off, inside a
+        step) when the step ends."""
+        if self.recycle or not self._steps_running:
+            block.release()
+        else:
+            self._deferred.append(block)
+
+    @contextlib.contextmanager
+    def step(self):
+        """One model step: holds the device's lock and, however the step ends, releases the
+        blocks deferred by recycling off; a step that returns counts as an iteration."""
+        with self.lock:
+            self._steps_running += 1
+            try:
+                yield
+            finally:
+                self._steps_running -= 1
+                if not self._steps_running:
+                    with deferred_interrupts():  # a Ctrl-C here would leak the rest
+                        self._release_deferred()
+            self.iteration += 1
+
+    @contextlib.contextmanager
+    def commit_phase(self):
+        """The step's commit: its parameter updates. Once it has begun, the step counts as done
+        (a later failure no longer rolls its buffers back: see Model.__call__), and a Ctrl-C
+        waits for the phase's end. While a step is recorded nothing runs: nothing commits."""
+        with deferred_interrupts():  # first: a Ctrl-C now must not find half a commit
+            if self.recorder is None and not self.dry_run:
+                self.commits += 1
+            yield
+
+    def _release_deferred(self):
+        deferred, self._deferred = self._deferred, []
+        for block in deferred:
+            if block.ref_count == 0:
+                block.release()
+
+    def memory_stats(self):
+        """The pool's statistics (names as in torch.cuda.memory_stats)."""
+        return self.pool.stats()
+
+    def reset_peak_memory_stats(self):
+        self.pool.reset_peak()
+
+    # -- execution ------------------------------------------------------------------------
+    def exec(self, fn, reads, writes, name="", inplace=(), phase="forward", rebuild=None):
+        """Run ``fn(*write_arrays, *read_arrays)``; `reads` and `writes` are tensors.
+
+        Written blocks are allocated here, just before their first writer (lazy allocation);
+        a read of a block nobody wrote raises instead of returning garbage. While a model
+        records its step the call is only buffered (SINGA): nothing runs, nothing is allocated.
+        `phase` ("forward", "backward", "update") and `rebuild` (see Operator.run) are kept
+        in the recording for the recomputation pass.
+        """
+        with self.lock:
+            if self.dry_run:
+                return
+            if self.recorder is not None:
+                self.recorder.record(fn, reads, writes, name, inplace, phase, rebuild)
+                return
+            for t in reads:
+                t.block.check_written()
+            for t in writes:
+                t.block.ensure_allocated()
+            if self.runs_kernels:
+                self.run_kernel(name, fn, [t.raw for t in writes] + [t.raw for t in reads])
+
+    def run_kernel(self, name, fn, arrays):
+        """Call the kernel function, timing it when profiling is on (eager and replay alike).
+
+        The timer waits for the device before and after (``Sync``): on a GPU, fn only queues
+        kernels, and its return says nothing about when they ran."""
+        if self.verbosity and self.iteration >= self.skip_iterations:
+            self.Sync()
+            start = time.perf_counter()
+            fn(*arrays)
+            self.Sync()
+            entry = self.profile[name]
+            entry[0] += time.perf_counter() - start
+            entry[1] += 1
+        else:
+            fn(*arrays)
+        if self.memory_samples is not None:
+            stats = self.pool.stats()
+            self.memory_samples.append(
+                (name, stats["allocated_bytes.current"], stats["active_blocks"])
+            )
+
+    # -- SINGA's device methods -------------------------------------------------------------
+    def SetRandSeed(self, seed):
+        """Seed the generator that initialises parameters and the draws of dropout masks.
+
+        The generator is reseeded in place (recorded code holds this object), and dropout's
+        draw counter goes back to 0, so the masks after a reseed are the same every time."""
+        self.rng.bit_generator.state = np.random.default_rng(seed).bit_generator.state
+        self.seed = int(seed) % 2**63  # Numba passes a Python int as int64
+        if self.rng_state is not None and self.rng_state.block.allocated:
+            self.rng_state.set_value(0)
+
+    def SetVerbosity(self, verbosity):
+        """Per-operation timing: 0 off, 1 per operation type, 2 per operation (layer:op)."""
+        self.verbosity = int(verbosity)
+
+    def SetSkipIteration(self, iterations):
+        """Leave the first `iterations` steps (JIT compilation, recording) out of the profile."""
+        self.skip_iterations = int(iterations)
+
+    def PrintTimeProfiling(self):
+        """Print where the time of the profiled steps went, most expensive first."""
+        print(self.time_profile_table())
+
+    def time_profile_table(self):
+        rows = defaultdict(lambda: [0.0, 0])
+        for name, (seconds, calls) in self.profile.items():
+            key = name.split(":")[-1] if self.verbosity == 1 else name
+            rows[key][0] += seconds
+            rows[key][1] += calls
+        total = sum(seconds for seconds, _ in rows.values()) or 1.0
+        steps = max(self.iteration - self.skip_iterations, 1)
+        lines = [
+            f"time profile over {steps} step(s), per step:",
+            f"{'operation':40} {'ms/step':>9} {'calls/step':>10} {'share':>6}",
+        ]
+        for key, (seconds, calls) in sorted(rows.items(), key=lambda kv: -kv[1][0]):
+            lines.append(
+                f"{key[:40]:40} {1e3 * seconds / steps:9.3f} {calls / steps:10.1f} "
+                f"{seconds / total:6.1%}"
+            )
+        return "\n".join(lines)
+
+    def id(self):
+        return self.dev_id
+
+    def __repr__(self):
+        return f"<Device {self.name}:{self.number} pool={format_bytes(self.pool.capacity)}>"

@@ -1,0 +1,137 @@
+"""The CUDA device: the pool is one device array on a GPU; kernels are nnmem.kernels.cuda.
+
+Why one array? cudaMalloc and cudaFree synchronise the whole GPU and take tens of microseconds
+to milliseconds: a framework that called them per tensor would stall every step. So, like
+SuperNeurons' heap pool, PyTorch's caching allocator and SINGA's CnMem, the device asks the
+driver for its memory once and the pool (memory/pool.py, the same allocator as on the CPU)
+hands out offsets in it; a tensor is a view of its bytes, never CUDA managed memory.
+
+Work is queued, not run: an operation's function launches kernels on the *compute stream* and
+returns at once; nothing on the host waits for the GPU inside a step. Host copies (a tensor's
+values, an input batch) wait for the compute stream, because they must see what was queued
+before them. A second *copy stream* is for the offload engine (copies beside compute), and
+page-locked ("pinned") host buffers are what lets the GPU's copy engine read and write host
+memory without the CPU (pageable memory is first copied into a pinned buffer by the driver).
+
+This module imports numba.cuda, which needs the numba-cuda package (``pip install
+"nnmem[cuda]"``); nnmem.device imports it only when a CUDA device is created.
+"""
+
+import functools
+import inspect
+import math
+import types
+
+import numpy as np
+from numba import cuda
+
+from nnmem.kernels import cuda as cuda_kernels
+from nnmem.memory.units import parse_bytes
+
+from .base import Device
+
+#: Bytes left to the CUDA context, the kernels' modules and cuBLAS-free libraries when the pool
+#: takes "most of the free memory": a context alone takes about 300-500 MiB.
+CONTEXT_RESERVE = 1 << 30
+#: Pool size on the CUDA simulator (NUMBA_ENABLE_CUDASIM=1), which has no memory figures.
+SIMULATOR_POOL_BYTES = "256MiB"
+
+
+def driver_memory_info():
+    """(free bytes, total bytes) of the current GPU as the driver reports them; (inf, inf) on
+    the simulator."""
+    free, total = cuda.current_context().get_memory_info()
+    return free, total
+
+
+def default_pool_bytes():
+    """Most of the free memory: all but CONTEXT_RESERVE, in whole MiB."""
+    free, _ = driver_memory_info()
+    if not math.isfinite(free):
+        return parse_bytes(SIMULATOR_POOL_BYTES)
+    return max((int(free) - CONTEXT_RESERVE) // (1 << 20), 1) << 20
+
+
+class CudaStorage:
+    """`capacity` bytes of GPU memory: one device array, aligned to `alignment`."""
+
+    def __init__(self, capacity, alignment):
+        raw = cuda.device_array(capacity + alignment, dtype=np.uint8)
+        address = getattr(raw, "device_ctypes_pointer", None)
+        address = address.value if address is not None and address.value else 0
+        skip = -address % alignment  # cudaMalloc returns 256-aligned memory: skip is 0 there
+        self.buffer = raw[skip : skip + capacity]
+        self.address = address + skip
+        self.capacity = capacity
+
+    def view(self, offset, nbytes):
+        return self.buffer[offset : offset + nbytes]
+
+
+def bind_stream(module, stream):
+    """The kernels of `module` with ``stream=stream`` filled in: a namespace with the names of
+    nnmem.kernels.cpu, so an operation calls ``K.relu_forward(y, x)`` on either device."""
+    bound = types.SimpleNamespace()
+    for name in module.__all__:
+        kernel = getattr(module, name)
+        takes_stream = "stream" in inspect.signature(kernel).parameters
+        setattr(bound, name, functools.partial(kernel, stream=stream) if takes_stream else kernel)
+    return bound
+
+
+class CudaDevice(Device):
+    kind = "cuda"
+
+    def __init__(self, pool_bytes=None, strategy="best_fit", dev_id=0):
+        cuda.select_device(dev_id)
+        if pool_bytes is None:
+            pool_bytes = default_pool_bytes()
+        super().__init__(pool_bytes, strategy, f"cuda:{dev_id}", dev_id)
+        self.compute_stream = cuda.stream()
+        self.copy_stream = cuda.stream()
+        self.kernels = bind_stream(cuda_kernels, self.compute_stream)
+
+    def _make_storage(self, capacity, alignment):
+        return CudaStorage(capacity, alignment)
+
+    def _write_from_host(self, tensor, write):
+        host = self.pinned_array(tensor.shape, tensor.dtype)
+        write(host)
+        # On the compute stream: after every kernel queued before it, before every one after.
+        tensor.raw.copy_to_device(host, stream=self.compute_stream)
+        self.compute_stream.synchronize()  # `host` is freed on return: the copy must be done
+
+    def to_host(self, tensor, out=None):
+        with self.lock:
+            tensor.block.check_written()
+            if out is None:
+                out = np.empty(tensor.shape, tensor.dtype)
+            tensor.raw.copy_to_host(out, stream=self.compute_stream)
+            self.compute_stream.synchronize()
+            return out
+
+    def copy_tensor(self, dst, src):
+        dst.raw.copy_to_device(src.raw, stream=self.compute_stream)
+
+    def pinned_array(self, shape, dtype):
+        return cuda.pinned_array(shape, dtype)
+
+    def create_stream(self):
+        return cuda.stream()
+
+    def create_event(self):
+        return cuda.event()
+
+    def copy_to_host_async(self, tensor, out, stream):
+        tensor.raw.copy_to_host(out, stream=stream)
+
+    def copy_from_host_async(self, tensor, host, stream):
+        tensor.raw.copy_to_device(host, stream=stream)
+
+    def memory_stats(self):
+        """The pool's statistics, and the driver's view of the whole GPU: its free bytes
+        (outside the pool, which the driver counts as used) and total bytes."""
+        stats = super().memory_stats()
+        free, total = driver_memory_info()
+        stats["driver_free_bytes"], stats["driver_total_bytes"] = free, total
+        return stats

@@ -1,0 +1,166 @@
+"""The CUDA convolution, pooling, batch-norm and LRN kernels against their CPU twins, with stride
+and padding variants, on tiny shapes (the simulator runs every thread as a Python thread). Run
+with a GPU or NUMBA_ENABLE_CUDASIM=1 (in a pytest process of its own)."""
+
+import numpy as np
+import pytest
+from cuda_testutil import RUNS_KERNELS, assert_close, host, needs_device, run_twins, to_device
+
+from nnmem.kernels import cpu
+
+pytestmark = [needs_device, pytest.mark.usefixtures("launches_match_the_registry")]
+
+if RUNS_KERNELS:  # (a Numba without a CUDA target cannot even import them)
+    from nnmem.kernels import cuda as gpu
+
+
+def _randn(rng, shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _nan(shape, dtype=np.float32):
+    return np.full(shape, np.nan, dtype)
+
+
+# ---------------------------------------------------------------- convolution
+# (x shape, w shape, sh, sw, ph, pw)
+CONVS = [
+    ((3, 3, 6, 5), (4, 3, 3, 2), 1, 1, 0, 0),
+    ((3, 3, 6, 5), (4, 3, 3, 2), 2, 1, 1, 1),
+    ((2, 2, 5, 7), (3, 2, 3, 3), 2, 3, 2, 1),  # padding as wide as the kernel allows
+    ((2, 3, 4, 4), (2, 3, 1, 1), 1, 1, 0, 0),  # 1 x 1 kernel
+]
+
+
+def _conv_case(rng, case, dtype=np.float32):
+    xs, ws, sh, sw, ph, pw = case
+    ys = cpu.conv2d_output_shape(xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], sh, sw, ph, pw)
+    per = cpu.conv2d_gemm_workspace_per_sample(*xs[1:], ws[0], *ws[2:], sh, sw, ph, pw)
+    x, w, dy = _randn(rng, xs, dtype), _randn(rng, ws, dtype), _randn(rng, ys, dtype)
+    return x, w, dy, (sh, sw, ph, pw), per
+
+
+@pytest.mark.parametrize("case", CONVS)
+def test_conv2d_direct(rng, case):
+    x, w, dy, geometry, _ = _conv_case(rng, case)
+    run_twins("conv2d_forward_direct", [_nan(dy.shape), x, w, *geometry], writes=[0])
+    run_twins("conv2d_backward_data_direct", [_nan(x.shape), dy, w, *geometry], writes=[0])
+    run_twins("conv2d_backward_filter_direct", [_nan(w.shape), dy, x, *geometry], writes=[0])
+
+
+@pytest.mark.parametrize("case", CONVS[:3])
+@pytest.mark.parametrize("samples", [1, 2])  # per chunk: chunks of 1 (B == 1 path), or 2 + 1
+def test_conv2d_gemm(rng, case, samples):
+    x, w, dy, geometry, per = _conv_case(rng, case)
+    ws = _nan(samples * per + 3)  # a few spare elements
+    run_twins("conv2d_forward_gemm", [_nan(dy.shape), x, w, ws, *geometry], writes=[0])
+    run_twins("conv2d_backward_data_gemm", [_nan(x.shape), dy, w, ws, *geometry], writes=[0])
+    run_twins("conv2d_backward_filter_gemm", [_nan(w.shape), dy, x, ws, *geometry], writes=[0])
+
+
+def test_conv2d_float64_and_im2col_col2im(rng):
+    x, w, dy, geometry, per = _conv_case(rng, CONVS[1], np.float64)
+    run_twins(
+        "conv2d_forward_gemm",
+        [_nan(dy.shape, np.float64), x, w, _nan(per, np.float64), *geometry],
+        writes=[0],
+        dtype=np.float64,
+    )
+    run_twins(
+        "conv2d_backward_filter_direct",
+        [_nan(w.shape, np.float64), dy, x, *geometry],
+        writes=[0],
+        dtype=np.float64,
+    )
+    kh, kw = w.shape[2:]
+    cols_shape = (x.shape[1] * kh * kw, x.shape[0] * dy.shape[2] * dy.shape[3])
+    _, (cols,) = run_twins(
+        "im2col", [_nan(cols_shape, np.float64), x, kh, kw, *geometry], writes=[0], exact=True
+    )
+    # col2im gathers in the CPU's (p, q) order: the same sums, bit for bit
+    run_twins("col2im", [_nan(x.shape, np.float64), cols, kh, kw, *geometry], [0], exact=True)
+
+
+# ---------------------------------------------------------------- pooling
+# (kh, kw, sh, sw, ph, pw)
+WINDOWS = [
+    (2, 2, 2, 2, 0, 0),  # disjoint windows
+    (3, 3, 2, 2, 1, 1),  # overlapping, padded
+    (3, 2, 1, 2, 1, 0),  # three windows share a row: three atomic adds may meet
+]
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+def test_maxpool2d(rng, window):
+    x = _randn(rng, (2, 3, 7, 6))
+    ys = cpu.pool2d_output_shape(*x.shape, *window)
+    argmax = np.full(ys, -1, np.int32)
+    _, (y, am) = run_twins("maxpool2d_forward", [_nan(ys), argmax, x, *window], [0, 1], exact=True)
+    run_twins("maxpool2d_backward", [_nan(x.shape), _randn(rng, ys), am], writes=[0])
+
+
+def test_maxpool2d_ties_go_to_the_first_maximum(rng):
+    x = rng.integers(0, 2, (1, 2, 6, 6)).astype(np.float32)  # many equal maxima
+    ys = cpu.pool2d_output_shape(*x.shape, 3, 3, 1, 1, 1, 1)
+    argmax = np.full(ys, -1, np.int32)
+    args = [_nan(ys), argmax, x, 3, 3, 1, 1, 1, 1]
+    run_twins("maxpool2d_forward", args, writes=[0, 1], exact=True)
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+def test_avgpool2d(rng, window):
+    x = _randn(rng, (2, 3, 7, 6))
+    ys = cpu.pool2d_output_shape(*x.shape, *window)
+    run_twins("avgpool2d_forward", [_nan(ys), x, *window], writes=[0])
+    run_twins("avgpool2d_backward", [_nan(x.shape), _randn(rng, ys), *window], writes=[0])
+
+
+# ---------------------------------------------------------------- batch normalisation
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((2, 3, 4, 5), np.float32), ((1, 2, 12, 11), np.float32), ((2, 2, 3, 3), np.float64)],
+)  # H*W = 132 > 128 threads: every thread sums several elements of a plane
+def test_batchnorm2d(rng, shape, dtype):
+    c = shape[1]
+    x = _randn(rng, shape, dtype) * 2 + 1
+    gamma, beta = _randn(rng, c, dtype), _randn(rng, c, dtype)
+    running = [_randn(rng, c, dtype), np.abs(_randn(rng, c, dtype)) + 0.5]
+    saved = [_nan(c, np.float64), _nan(c, np.float64)]
+    args = [_nan(shape, dtype), *saved, *running, x, gamma, beta, 0.9, 1e-5]
+    _, (y, mean, invstd, *_) = run_twins("batchnorm2d_forward_train", args, [0, 1, 2, 3, 4], dtype)
+
+    # Apply with the saved statistics rebuilds the training forward's y bit for bit.
+    y_apply = to_device(_nan(shape, dtype))
+    gpu.batchnorm2d_forward_apply(y_apply, *map(to_device, (x, gamma, beta, mean, invstd)))
+    np.testing.assert_array_equal(host(y_apply), y)
+
+    run_twins(
+        "batchnorm2d_forward_infer",
+        [_nan(shape, dtype), x, gamma, beta, *running, 1e-5],
+        writes=[0],
+        dtype=dtype,
+    )
+    dy = _randn(rng, shape, dtype)
+    args = [_nan(shape, dtype), _nan(c, dtype), _nan(c, dtype), dy, x, gamma, mean, invstd]
+    run_twins("batchnorm2d_backward", args, writes=[0, 1, 2], dtype=dtype)
+
+
+def test_batchnorm2d_infer_in_place(rng):
+    x = _randn(rng, (2, 3, 2, 2))
+    vectors = [_randn(rng, 3), _randn(rng, 3), _randn(rng, 3), np.abs(_randn(rng, 3)) + 0.1]
+    want = np.empty_like(x)
+    cpu.batchnorm2d_forward_infer(want, x, *vectors, 1e-5)
+    xd = to_device(x)
+    gpu.batchnorm2d_forward_infer(xd, xd, *map(to_device, vectors), 1e-5)
+    assert_close(host(xd), want)
+
+
+# ---------------------------------------------------------------- local response normalisation
+@pytest.mark.parametrize("size", [1, 3, 4])  # 4: an even window, mirrored in the backward
+def test_lrn(rng, size):
+    shape = (2, 5, 3, 4)
+    x = _randn(rng, shape)
+    args = [_nan(shape), _nan(shape), x, size, 1e-2, 0.75, 2.0]
+    _, (y, scale) = run_twins("lrn_forward", args, writes=[0, 1])
+    dy = _randn(rng, shape)
+    run_twins("lrn_backward", [_nan(shape), dy, x, y, scale, size, 1e-2, 0.75], writes=[0])
