@@ -172,6 +172,14 @@ class Model(Layer):
             dev.commits, copies, dev.rng, dev.rng.bit_generator.state, mark, len(self._graphs)
         )
 
+    def _host_values(self, dev):
+        """The Python scalars a replayed step's kernels read when they are launched: the
+        optimizer's hyperparameters and dropout's seed. A device that freezes a step into one
+        launch (CUDA graphs) captures it again when one of them changes."""
+        hyper = vars(self.optimizer).items()
+        numbers = tuple(sorted((k, v) for k, v in hyper if isinstance(v, (bool, int, float))))
+        return numbers + (("seed", dev.seed),)
+
     def _graph_key(self, inputs, kwargs=None):
         def key(value):
             if isinstance(value, Tensor):
@@ -188,7 +196,7 @@ class Model(Layer):
         key = self._graph_key(inputs, kwargs)
         compiled = self._graphs.get(key)
         if compiled is not None:
-            return compiled.replay(inputs)
+            return compiled.replay(inputs, self._host_values(dev))
         recorder = dev.recorder = Recorder()
         try:
             result = step(*inputs, **kwargs)

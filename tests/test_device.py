@@ -13,6 +13,7 @@ from training import batches, train
 
 import nnmem.kernels.cpu as cpu_kernels
 from nnmem import autograd, device, layer, model, opt, tensor
+from nnmem import device as device_module
 from nnmem.models import create_model
 from nnmem.ops import conv as conv_ops
 
@@ -264,3 +265,36 @@ def test_benchmark_mode_times_the_algorithms_once_and_fixes_the_choice(device, m
     passes = [f"conv{i}:Conv2d {p}" for i in (1, 2) for p in ("forward", "backward filter")]
     assert sorted(chosen) == sorted(passes + ["conv2:Conv2d backward data"])
     assert set(chosen.values()) <= {"gemm", "direct"}
+
+
+# -- CUDA graphs: a replayed step as one launch (a real GPU only) ----------------------------
+def test_a_step_replayed_as_a_cuda_graph_gives_the_numbers_of_kernel_by_kernel_replays(device):
+    """Five steps with a learning-rate change after the third (a scalar the graph froze: it
+    must be captured again): bit for bit the losses and states of replays kernel by kernel."""
+    if device.kind != "cuda" or not device.use_cuda_graphs:
+        pytest.skip("needs a real GPU: CUDA graphs do not exist on the CPU or the simulator")
+    data = batches((4, 1, 16, 16), 5, classes=10)
+
+    def run(use_graphs):
+        dev = device_module.create_cuda_gpu("64MiB")
+        dev.use_cuda_graphs = use_graphs
+        dev.SetRandSeed(0)
+        m = create_model("cnn", num_classes=10, num_channels=1)
+        m.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
+        tx, ty = tensor.PlaceHolder((4, 1, 16, 16), dev), tensor.PlaceHolder((4,), dev, "int32")
+        m.compile([tx], is_train=True, use_graph=True)
+        losses = []
+        for i, (x, y) in enumerate(data):
+            if i == 3:
+                m.optimizer.lr = 0.01
+            tx.copy_from_numpy(x)
+            ty.copy_from_numpy(y)
+            losses.append(tensor.to_numpy(m(tx, ty)[1])[0])
+        captured = len(dev._captured)
+        return losses, {k: tensor.to_numpy(v) for k, v in m.get_states().items()}, captured
+
+    graphs, plain = run(True), run(False)
+    assert graphs[2] == 1 and plain[2] == 0  # the graph device did capture the step
+    assert graphs[0] == plain[0]
+    for key, value in plain[1].items():
+        np.testing.assert_array_equal(graphs[1][key], value, err_msg=key)

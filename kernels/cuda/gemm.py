@@ -19,6 +19,13 @@ the shared tile transposed. Bank conflicts: the shared tiles have TILE + 1 colum
 threads of a row writing a column of the tile (a stride of 17 words, coprime with the 32 banks)
 hit 16 different banks, where a stride of 16 would put them all in two.
 
+A second kernel for a small output with a long K (the convolution's backward-filter pass: dW
+has o x c*kh*kw elements, its sums run over batch x pixels, tens of thousands of terms). Tiles
+would give such a GEMM a few dozen blocks on a GPU that runs thousands, each walking all of K
+alone. Instead one block owns one output element: its threads sum strided shares of K (reading
+consecutive addresses of a row of a and of b^T: coalesced) into float64, and the block adds the
+shares in a tree (reduce.block_sum): fixed order, so still bit-identical on every call.
+
 Memory: writes out and allocates nothing; out must not overlap a or b (a thread may write its
 element of out while another block still reads that address as part of a or b). The sum is
 accumulated in out's dtype, each element in a fixed order: bit-identical on every call (it
@@ -26,12 +33,18 @@ differs from the CPU's BLAS in the last bits). With ``accumulate`` (used by the 
 backward-filter pass) the product is added into out instead.
 """
 
-from numba import cuda
+from numba import cuda, float64
 
-from ._launch import A2, TILE, check_device, each_float, float_dtype, kernel
+from ._launch import A2, REDUCE_THREADS, TILE, check_device, each_float, float_dtype, kernel
 from .elementwise import fill
+from .reduce import block_sum
 
 __all__ = ["matmul"]
+
+#: A product with fewer output tiles than FEW_TILES and at least LONG_K terms per sum gets one
+#: block per output element (_gemm_long_k_kernel) instead of one per tile.
+FEW_TILES = 256
+LONG_K = 4096
 
 # Shared tiles are TILE x (TILE + 1): the extra column is the padding against bank conflicts
 # (a module constant, because a shared array's shape must be known when the kernel compiles).
@@ -83,6 +96,27 @@ def _gemm_kernel(out, a, b, trans_a, trans_b, accumulate):
             out[r, c] = acc
 
 
+@kernel(*each_float(f"void({A2}, {A2}, {A2}, boolean, boolean, boolean)"))
+def _gemm_long_k_kernel(out, a, b, trans_a, trans_b, accumulate):
+    """out[r, c] (+)= sum_k op(a)[r, k] * op(b)[k, c]. Grid (N, M): block (c, r) owns out[r, c];
+    its REDUCE_THREADS threads sum k = t, t + T, t + 2T, ... in float64, then block_sum."""
+    buf = cuda.shared.array(REDUCE_THREADS, dtype=float64)
+    r = cuda.blockIdx.y
+    c = cuda.blockIdx.x
+    k = b.shape[1] if trans_b else b.shape[0]
+    share = 0.0
+    for kk in range(cuda.threadIdx.x, k, cuda.blockDim.x):
+        x = a[kk, r] if trans_a else a[r, kk]
+        y = b[c, kk] if trans_b else b[kk, c]
+        share += float64(x) * float64(y)
+    total = block_sum(buf, share)
+    if cuda.threadIdx.x == 0:
+        if accumulate:
+            out[r, c] += total
+        else:
+            out[r, c] = total
+
+
 def _as_stored(a, trans):
     """(C-contiguous array, flag) for a 2-D operand: an F-contiguous view is its transpose's."""
     if not cuda.devicearray.is_cuda_ndarray(a) or a.ndim != 2:
@@ -109,6 +143,9 @@ def gemm(out, a, b, trans_a, trans_b, accumulate, stream):
             fill(out.reshape(-1), 0.0, stream=stream)
         return
     grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE)
+    if grid[0] * grid[1] < FEW_TILES and ak >= LONG_K and m <= 65535:
+        _gemm_long_k_kernel[(n, m), REDUCE_THREADS, stream](out, a, b, trans_a, trans_b, accumulate)
+        return
     if grid[1] > 65535:  # CUDA's limit on gridDim.y
         raise ValueError(f"matmul: {m} rows exceed the {65535 * TILE} this grid can cover")
     _gemm_kernel[grid, (TILE, TILE), stream](out, a, b, trans_a, trans_b, accumulate)

@@ -128,6 +128,11 @@ class Device:
         """Queue ``tensor's bytes = host`` on `stream` (the tensor must be allocated)."""
         raise NotImplementedError
 
+    def captured_launch(self, step, host_values):
+        """A function that queues the whole replay of the compiled `step` at once, or None to
+        replay it call by call (the default; the CUDA device captures a CUDA graph)."""
+        return None
+
     def Sync(self):
         """Wait until every queued kernel and copy of this device has finished."""
         self.compute_stream.synchronize()

@@ -21,13 +21,16 @@ import functools
 import inspect
 import math
 import types
+import warnings
+import weakref
 
 import numpy as np
-from numba import cuda
+from numba import config, cuda
 
 from nnmem.kernels import cuda as cuda_kernels
 from nnmem.memory.units import parse_bytes
 
+from . import cuda_graph
 from .base import Device
 
 #: Bytes left to the CUDA context, the kernels' modules and cuBLAS-free libraries when the pool
@@ -90,9 +93,40 @@ class CudaDevice(Device):
         self.compute_stream = cuda.stream()
         self.copy_stream = cuda.stream()
         self.kernels = bind_stream(cuda_kernels, self.compute_stream)
+        # Replay compiled steps as CUDA graphs (cuda_graph.py); the simulator has none.
+        self.use_cuda_graphs = not config.ENABLE_CUDASIM
+        self._captured = weakref.WeakKeyDictionary()  # CompiledStep -> CapturedStep or None
 
     def _make_storage(self, capacity, alignment):
         return CudaStorage(capacity, alignment)
+
+    def captured_launch(self, step, host_values):
+        """The step's CUDA graph launch, captured at its second replay (the first compiles the
+        kernels and lets Conv2d's benchmark mode time its algorithms, neither of which may
+        happen while capturing) and again when its arrays or `host_values` change. None:
+        replay call by call (graphs off, profiling on, the first replay, or a capture that
+        failed: the step then stays uncaptured)."""
+        if not self.use_cuda_graphs or self.verbosity or self.memory_samples is not None:
+            return None
+        if step.replays < 2:
+            return None
+        captured = self._captured.get(step, False)
+        if captured is None:  # a capture failed before: call by call for good
+            return None
+        if captured is False or captured.calls is not step.calls or captured.key != host_values:
+            try:
+                captured = cuda_graph.CapturedStep(step.calls, self.compute_stream, host_values)
+            except Exception as e:
+                self._captured[step] = None
+                warnings.warn(
+                    f"nnmem: {step.label} cannot be captured as a CUDA graph ({e}); it is "
+                    "replayed kernel by kernel",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+                return None
+            self._captured[step] = captured
+        return captured.launch
 
     def _write_from_host(self, tensor, write):
         host = self.pinned_array(tensor.shape, tensor.dtype)

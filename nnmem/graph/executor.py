@@ -44,6 +44,7 @@ class CompiledStep:
         ]
         self.storages, self.layout = [], None
         self.recompute_strategy = recompute_strategy
+        self.replays = 0  # since the last placement: the first one runs call by call
         self.compile(sequential)
 
     # -- compiling ------------------------------------------------------------------------
@@ -110,6 +111,7 @@ class CompiledStep:
         for storage, offset in zip(self.storages, self.layout.offsets):
             for block in storage.blocks:
                 block.offset, block.arena = base + offset, base
+        self.replays = 0
         if not self.device.runs_kernels:  # a planning device has no bytes to run on
             self.calls = []
             return
@@ -123,13 +125,23 @@ class CompiledStep:
         ]
 
     # -- replaying -------------------------------------------------------------------------
-    def replay(self, inputs):
-        """Run the recorded step again on the data now in its input tensors."""
+    def replay(self, inputs, host_values=()):
+        """Run the recorded step again on the data now in its input tensors.
+
+        `host_values`: the Python scalars the step's kernels are launched with (learning rate,
+        seed...); a device that captures the step as one launch (CUDA graphs) captures it
+        again when they change."""
         for given, recorded in zip(inputs, self.inputs):
             if given is not recorded and hasattr(given, "block"):
                 given.block.check_written()
                 # data enters through the recorded placeholders: a copy queued on the device
                 self.device.copy_tensor(recorded, given)
+        self.replays += 1
+        launch = self.device.captured_launch(self, host_values)
+        if launch is not None:  # the whole step as one launch: compute and commit together
+            with self.device.commit_phase():
+                launch()
+            return self.result
         self._run(self.calls[: self.commit_start])
         with self.device.commit_phase():
             self._run(self.calls[self.commit_start :])

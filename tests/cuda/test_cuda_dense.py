@@ -168,6 +168,8 @@ def _stored(a, trans):
         (17, 33, 18, False, False, np.float32),  # 2 x 2 tiles, 3 steps along K, ragged edges
         (17, 33, 18, True, True, np.float32),
         (2, 0, 3, False, False, np.float32),  # K = 0: out = 0
+        (3, 4100, 2, False, True, np.float32),  # few tiles, long K: one block per element
+        (2, 4096, 3, True, False, np.float64),
     ],
 )
 def test_matmul(rng, m, k, n, trans_a, trans_b, dtype):
