@@ -169,8 +169,8 @@ class Linear(Layer):
 class Conv2d(Layer):
     """2-D convolution. Conv2d(nb_kernels, kernel_size, ...) or Conv2d(in_channels, nb_kernels,
     kernel_size, stride, padding) (SINGA). activation="RELU" appends a ReLU. algorithm is
-    "auto" (gemm with a workspace sized to the free memory, else direct), "gemm", "direct", or
-    "benchmark" (times the algorithms that fit at the first run and keeps the fastest)."""
+    "auto" (the faster of gemm, its workspace sized to the free memory, and direct: timed at
+    the first run), "gemm" or "direct"."""
 
     def __init__(
         self,

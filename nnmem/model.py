@@ -166,7 +166,8 @@ class Model(Layer):
         buffers = list(self._buffers)
         if dev.rng_state is not None:
             buffers.append(dev.rng_state)  # dropout's draw counter
-        copies = [(t, dev.to_host(t)) for t in buffers if t.block.allocated and dev.runs_kernels]
+        buffers = [t for t in buffers if t.block.allocated and dev.runs_kernels]
+        copies = list(zip(buffers, dev.snapshot(buffers)))
         mark = self.optimizer.state_mark() if isinstance(self.optimizer, Optimizer) else None
         return _StateBefore(
             dev.commits, copies, dev.rng, dev.rng.bit_generator.state, mark, len(self._graphs)
@@ -261,6 +262,7 @@ class _StateBefore(NamedTuple):
 
     def restore(self, model):
         for t, value in self.copies:
+            t.device.Sync()  # the copies may still be in flight (a GPU queues them)
             t.copy_from_numpy(value)
         self.rng.bit_generator.state = self.rng_state
         if self.optimizer_mark is not None and len(model._graphs) == self.graphs:

@@ -96,12 +96,14 @@ def test_operators_call_only_the_device_kernels(monkeypatch, use_graph):
 
     for name in cpu_kernels.__all__:
         monkeypatch.setattr(cpu_kernels, name, lambda *a, name=name, **k: pytest.fail(name))
+    monkeypatch.setattr(conv_ops, "BENCHMARKED", {})  # Conv2d times both of its algorithms
     dev = Counting("64MiB")
     data = batches((2, 2, 4, 4), 2, classes=3)
     losses = train(_Net(), data, use_graph, optimizer=opt.Adam(lr=0.01), dev=dev)[0]
     assert np.isfinite(losses).all()
-    used = "conv2d_forward_gemm batchnorm2d_forward_train maxpool2d_backward avgpool2d_forward"
-    used += " concat_copy_in concat_copy_out dropout_forward matmul adam_update increment"
+    used = "conv2d_forward_gemm conv2d_forward_direct batchnorm2d_forward_train"
+    used += " maxpool2d_backward avgpool2d_forward concat_copy_in concat_copy_out"
+    used += " dropout_forward matmul adam_update increment"
     for used in used.split() + ["softmax_cross_entropy_forward"]:
         assert calls.get(used), f"{used} was never called through the device"
 
@@ -249,15 +251,15 @@ class _Convs(model.Model):
         return out, loss
 
 
-def test_benchmark_mode_times_the_algorithms_once_and_fixes_the_choice(device, monkeypatch):
+def test_auto_times_the_algorithms_once_and_fixes_the_choice(device, monkeypatch):
     timings = []
     real = conv_ops._time_candidates
     monkeypatch.setattr(conv_ops, "BENCHMARKED", {})
     monkeypatch.setattr(conv_ops, "_time_candidates", lambda *a: timings.append(1) or real(*a))
     data = batches((2, 1, 6, 6), 3)
-    eager = train(_Convs("benchmark"), data, False, dev=device)
+    eager = train(_Convs("auto"), data, False, dev=device)
     assert len(timings) == 5  # forward x2, backward filter x2, backward data (conv2 only)
-    net = _Convs("benchmark")
+    net = _Convs("auto")
     graph = train(net, data, True, dev=device)
     assert len(timings) == 5  # the graph and its replays reuse the choices
     np.testing.assert_array_equal(eager[0], graph[0])  # one algorithm per pass: same numbers
@@ -298,3 +300,26 @@ def test_a_step_replayed_as_a_cuda_graph_gives_the_numbers_of_kernel_by_kernel_r
     assert graphs[0] == plain[0]
     for key, value in plain[1].items():
         np.testing.assert_array_equal(graphs[1][key], value, err_msg=key)
+
+
+def test_a_step_that_fails_after_batchnorm_ran_changes_no_state(device, monkeypatch):
+    """The undo record (queued copies on a GPU, read after a Sync) puts BatchNorm's running
+    statistics and dropout's draw counter back; no parameter was updated."""
+    data = batches((2, 2, 4, 4), 2, classes=3)
+    net = _Net()
+    dev, tx, ty = train(net, data[:1], False, optimizer=opt.SGD(lr=0.05), dev=device)[2:]
+    before = {k: tensor.to_numpy(v) for k, v in net.get_states().items()}
+    counter = tensor.to_numpy(dev.rng_state)
+
+    def fail(*args):
+        raise RuntimeError("the loss failed")
+
+    monkeypatch.setattr(net.loss, "forward", fail)
+    tx.copy_from_numpy(data[1][0])
+    with pytest.raises(RuntimeError, match="the loss failed"):
+        net(tx, ty)
+    after = {k: tensor.to_numpy(v) for k, v in net.get_states().items()}
+    assert any("bn" in k for k in before) and before.keys() == after.keys()
+    for key, value in before.items():
+        np.testing.assert_array_equal(after[key], value, err_msg=key)
+    np.testing.assert_array_equal(tensor.to_numpy(dev.rng_state), counter)

@@ -128,6 +128,11 @@ class Device:
         """Queue ``tensor's bytes = host`` on `stream` (the tensor must be allocated)."""
         raise NotImplementedError
 
+    def snapshot(self, tensors):
+        """Host copies of `tensors` (a failed step's undo record), taken in queue order: on a
+        GPU they may still be in flight when this returns, so ``Sync()`` before reading them."""
+        return [self.to_host(t) for t in tensors]
+
     def captured_launch(self, step, host_values):
         """A function that queues the whole replay of the compiled `step` at once, or None to
         replay it call by call (the default; the CUDA device captures a CUDA graph)."""

@@ -96,9 +96,22 @@ class CudaDevice(Device):
         # Replay compiled steps as CUDA graphs (cuda_graph.py); the simulator has none.
         self.use_cuda_graphs = not config.ENABLE_CUDASIM
         self._captured = weakref.WeakKeyDictionary()  # CompiledStep -> CapturedStep or None
+        self._snapshots = weakref.WeakKeyDictionary()  # Tensor -> its pinned undo buffer
 
     def _make_storage(self, capacity, alignment):
         return CudaStorage(capacity, alignment)
+
+    def snapshot(self, tensors):
+        """Queued copies into pinned buffers kept per tensor: no host synchronisation between
+        steps (the undo record is read only after a failure, after Sync)."""
+        copies = []
+        for t in tensors:
+            host = self._snapshots.get(t)
+            if host is None or host.shape != t.shape or host.dtype != t.dtype:
+                host = self._snapshots[t] = self.pinned_array(t.shape, t.dtype)
+            self.copy_to_host_async(t, host, self.compute_stream)
+            copies.append(host)
+        return copies
 
     def captured_launch(self, step, host_values):
         """The step's CUDA graph launch, captured at its second replay (the first compiles the

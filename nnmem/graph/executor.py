@@ -158,8 +158,9 @@ class CompiledStep:
 
     # -- what a learner looks at -----------------------------------------------------------
     def conv_algorithms(self):
-        """{"layer:op pass": algorithm} for every convolution pass in benchmark mode
-        (Conv2d(..., algorithm="benchmark")): what its first run chose, fixed for the replays."""
+        """{"layer:op pass": algorithm} for every convolution pass that chose its algorithm by
+        timing (Conv2d's "auto", with a workspace that fits): what its first run chose, fixed
+        for the replays."""
         chosen = {}
         for i in self.order:
             node = self.nodes[i]

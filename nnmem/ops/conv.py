@@ -1,17 +1,15 @@
 """2-D convolution (NCHW, cross-correlation as in every DL framework), with a bias.
 
-Two algorithms: "gemm" (im2col + one large matrix product per chunk of samples: fast, needs a
-workspace) and "direct" (loops, no workspace). With algorithm="auto" the operator gives the
-gemm algorithm as many samples per chunk as the pool's free memory allows and falls back to
-direct when not even one sample's workspace fits: the algorithm follows the memory free at
-this step (SuperNeurons, section on convolution workspaces).
-
-algorithm="benchmark" goes one step further (SuperNeurons 3.5, cuDNN's benchmark mode): the
-workspace is sized the same way, and the first time a pass runs it times every algorithm whose
-workspace fits (each run twice, the second timed: the first compiles the kernels), keeps the
-fastest and fixes it. The choice is remembered per device kind and geometry for the whole
-process, so eager steps, graph replays and new devices agree (the numbers never depend on which
-run chose); `CompiledStep.conv_algorithms()` reports it per layer.
+Two algorithms: "gemm" (im2col + one large matrix product per chunk of samples: needs a
+workspace) and "direct" (loops, no workspace). With algorithm="auto" (SuperNeurons 3.5) each
+pass follows the memory free at its step: the gemm workspace gets as many samples per chunk as
+the pool's free memory allows, and the first time the pass runs it times every algorithm whose
+workspace fits (each run twice, the second timed between two device synchronisations: the first
+compiles the kernels), keeps the fastest and fixes it (cuDNN's benchmark mode). When not even
+one sample's workspace fits, direct is the only candidate. The choice is remembered per device
+kind and geometry for the whole process, so eager steps, graph replays and new devices agree
+(the numbers never depend on which run chose); `CompiledStep.conv_algorithms()` reports it per
+layer.
 """
 
 import time
@@ -20,8 +18,8 @@ from nnmem.operation import Operator
 
 #: Upper bound on one convolution's workspace; beyond it more, smaller GEMMs cost little.
 WORKSPACE_LIMIT_BYTES = 256 * 2**20
-ALGORITHMS = ("auto", "gemm", "direct", "benchmark")
-#: (device kind, pass, shapes, stride, padding, dtype) -> the algorithm benchmark mode chose.
+ALGORITHMS = ("auto", "gemm", "direct")
+#: (device kind, pass, shapes, stride, padding, dtype) -> the algorithm "auto" chose.
 BENCHMARKED = {}
 
 
@@ -100,7 +98,7 @@ class Conv2d(Operator):
 
     def _conv_pass(self, pass_name, direct, gemm, out, a, b, ws):
         """Run one of the three convolution passes, out = f(a, b), with the gemm algorithm when
-        there is a workspace and the direct one otherwise (benchmark mode: the faster one)."""
+        there is a workspace and the direct one otherwise ("auto": the faster of the two)."""
         (sh, sw), (ph, pw) = self.stride, self.padding
         if ws is None:
             self.run(
@@ -109,7 +107,7 @@ class Conv2d(Operator):
                 writes=(out,),
             )
             return
-        if self.algorithm != "benchmark":
+        if self.algorithm == "gemm":
             self.run(
                 lambda out_, ws_, a_, b_: gemm(out_, a_, b_, ws_, sh, sw, ph, pw),
                 reads=(a, b),
