@@ -128,6 +128,16 @@ class Device:
         """Queue ``tensor's bytes = host`` on `stream` (the tensor must be allocated)."""
         raise NotImplementedError
 
+    def time_kernel(self, fn, arrays):
+        """Seconds one ``fn(*arrays)`` takes, as this device will run it in a step: run once
+        (it may compile), then timed between two synchronisations."""
+        fn(*arrays)
+        self.Sync()
+        start = time.perf_counter()
+        fn(*arrays)
+        self.Sync()
+        return time.perf_counter() - start
+
     def snapshot(self, tensors):
         """Host copies of `tensors` (a failed step's undo record), taken in queue order: on a
         GPU they may still be in flight when this returns, so ``Sync()`` before reading them."""

@@ -4,15 +4,13 @@ Two algorithms: "gemm" (im2col + one large matrix product per chunk of samples: 
 workspace) and "direct" (loops, no workspace). With algorithm="auto" (SuperNeurons 3.5) each
 pass follows the memory free at its step: the gemm workspace gets as many samples per chunk as
 the pool's free memory allows, and the first time the pass runs it times every algorithm whose
-workspace fits (each run twice, the second timed between two device synchronisations: the first
-compiles the kernels), keeps the fastest and fixes it (cuDNN's benchmark mode). When not even
+workspace fits (``Device.time_kernel``: the way the device will run it), keeps the fastest and
+fixes it (cuDNN's benchmark mode). When not even
 one sample's workspace fits, direct is the only candidate. The choice is remembered per device
 kind and geometry for the whole process, so eager steps, graph replays and new devices agree
 (the numbers never depend on which run chose); `CompiledStep.conv_algorithms()` reports it per
 layer.
 """
-
-import time
 
 from nnmem.operation import Operator
 
@@ -153,16 +151,8 @@ class Conv2d(Operator):
 
 
 def _time_candidates(device, candidates, arrays):
-    """The name of the fastest candidate on these arrays: each runs twice (the first run may
-    compile), the second timed between two device synchronisations."""
-    seconds = {}
-    for name, run in candidates.items():
-        run(*arrays)
-        device.Sync()
-        start = time.perf_counter()
-        run(*arrays)
-        device.Sync()
-        seconds[name] = time.perf_counter() - start
+    """The name of the fastest candidate on these arrays, timed by the device (time_kernel)."""
+    seconds = {name: device.time_kernel(run, arrays) for name, run in candidates.items()}
     return min(seconds, key=seconds.get)
 
 
