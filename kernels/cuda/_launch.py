@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda
 
+from ._cache import attach_cache
+
 __all__ = [
     "THREADS",
     "TILE",
@@ -89,6 +91,7 @@ def kernel(*signatures):
 
     def decorate(py_func):
         dispatcher = cuda.jit(py_func)
+        attach_cache(dispatcher)  # compiled code kept on disk, outside the package (_cache.py)
         name = f"{py_func.__module__}.{py_func.__name__}"
         KERNELS[name] = Kernel(name, py_func, dispatcher, tuple(signatures))
         return dispatcher
