@@ -103,13 +103,16 @@ def _maxpool2d_forward(y, argmax, x, kh, kw, sh, sw, ph, pw):
                 argmax[b, ci, i, j] = best_idx
 
 
-def _maxpool2d_backward(dx, dy, argmax):
-    """dx = 0, then dx[n,c].flat[argmax[n,c,i,j]] += dy[n,c,i,j].
-    Overwrites dx; parallel over (n,c)."""
-    if dy.shape != argmax.shape or dx.shape[0] != dy.shape[0] or dx.shape[1] != dy.shape[1]:
-        raise ValueError(
-            "maxpool2d_backward: dy and argmax must agree, and dx must have the same N, C"
-        )
+def _maxpool2d_backward(dx, dy, argmax, kh, kw, sh, sw, ph, pw):
+    """dx = 0, then dx[n,c].flat[argmax[n,c,i,j]] += dy[n,c,i,j], the windows (i, j) taken in
+    row-major order. Overwrites dx; parallel over (n,c).
+
+    The window (kh, kw, sh, sw, ph, pw) is the forward's: this scatter does not need it, but
+    the CUDA kernel does, which gathers instead (one thread per element of dx, summing the
+    windows that chose it in the same order: no atomics, the same sums bit for bit)."""
+    check_pool(dy, dx, kh, kw, sh, sw, ph, pw)
+    if dy.shape != argmax.shape:
+        raise ValueError("maxpool2d_backward: dy and argmax must have the same shape")
     n, c, h, w = dx.shape
     oh, ow = dy.shape[2], dy.shape[3]
     for t in prange(n * c):

@@ -8,16 +8,21 @@ cache goes to NUMBA_CACHE_DIR when set, else to Numba's user-wide cache folder: 
 own cache classes (its ``CUDACache``, which keys entries by signature, GPU architecture and the
 kernel's source), with the ``__pycache__``-beside-the-source locator left out.
 
-On the CUDA simulator ``cuda.jit`` makes Python objects with nothing to cache: no cache then.
+No cache on the CUDA simulator (``cuda.jit`` makes Python objects there, nothing to cache),
+nor with the numba.cuda that older Numba releases ship inside Numba itself (without the
+numba-cuda package: its cache classes live elsewhere, and the `cuda` extra installs numba-cuda).
 """
 
 from numba import config
 
-if config.ENABLE_CUDASIM:
-    KernelCache = None
-else:
+try:
+    if config.ENABLE_CUDASIM:
+        raise ImportError("the simulator compiles nothing")
     from numba.cuda.core import caching
     from numba.cuda.dispatcher import CUDACache, CUDACacheImpl
+except ImportError:
+    KernelCache = None
+else:
 
     class _ImplOutsideThePackage(CUDACacheImpl):
         _locator_classes = [caching._UserProvidedCacheLocator, caching._UserWideCacheLocator]

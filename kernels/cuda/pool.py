@@ -6,25 +6,21 @@ input); max pooling treats padding as -inf, breaks ties towards the first maximu
 window order, and stores in ``argmax`` (int32, shape of y) the flat index row*W + col of the
 chosen element in its (n, c) plane; average pooling divides every window sum by kh*kw.
 
-Thread mapping: the forward kernels and the average-pooling backward give one thread to each
-OUTPUT element (of y, or of dx), which loops over its window (or over the windows covering its
-pixel: a gather, no atomics) and writes once; threads run along the last axis (coalesced).
-
-Max-pooling backward cannot gather: it receives no window geometry, only argmax, which says for
-each output which input it came from, not the reverse. So it zeroes dx and then gives one thread
-to each element of dy, which adds dy into dx at argmax with an atomic add: overlapping windows
-may pick the same input, and their adds must not be lost. Float addition is commutative, so an
-input picked by at most two windows gets the same bits whatever the order (0 + a + b = 0 + b + a),
-and with disjoint windows (stride >= kernel, the common case) every input is picked at most once;
-an input picked by three or more overlapping windows may differ in the last bit from run to run.
+Thread mapping: every kernel gives one thread to each OUTPUT element (of y, or of dx), which
+loops over its window (or over the windows covering its pixel: a gather) and writes once;
+threads run along the last axis (coalesced). Max-pooling backward gathers too: the thread of
+dx[u, v] visits the windows that contain (u, v) and adds the dy of those whose argmax chose it.
+A scatter (one thread per element of dy adding into dx at argmax) would need atomic adds where
+windows overlap, and atomics add in whatever order the threads arrive: the last bit of dx
+would vary from run to run, and a replayed graph would not repeat its eager numbers. The
+gather adds in row-major window order, the CPU's, so both give the same bits.
 None allocates or needs a workspace.
 """
 
 from numba import cuda
 
 from ..cpu.pool import pool2d_output_shape
-from ._launch import A3, A4, check_device, each_float, float_dtype, kernel, launch_1d
-from .elementwise import fill
+from ._launch import A4, check_device, each_float, float_dtype, kernel, launch_1d
 
 __all__ = [
     "pool2d_output_shape",
@@ -78,18 +74,33 @@ def _maxpool_forward_kernel(y, argmax, x, kh, kw, sh, sw, ph, pw):
     argmax[b, ci, i, j] = best_idx
 
 
-@kernel(*each_float(f"void({A3}, {A3}, int32[:, :, ::1])"))
-def _maxpool_backward_kernel(dx, dy, argmax):
-    """Thread t: element t of dy viewed as (N, C, OH*OW), added into dx (N, C, H*W) at its
-    argmax with an atomic add (several windows may have picked the same input)."""
+@kernel(*each_float(f"void({A4}, {A4}, int32[:, :, :, ::1], {_WINDOW})"))
+def _maxpool_backward_kernel(dx, dy, argmax, kh, kw, sh, sw, ph, pw):
+    """Thread t: dx[b, c, u, v] = the sum of dy[b, c, i, j] over the windows (i, j) that contain
+    (u, v) and chose it (argmax), in row-major (i, j) order, as the CPU's scatter adds them: a
+    gather, so no two threads write one element and no atomics make the order vary.
+    Window row p = u - (i*sh - ph), so i = (u + ph - p) / sh: p descending gives i ascending."""
     t = cuda.grid(1)
-    n, c, nout = dy.shape
-    if t < n * c * nout:
-        k = t % nout
-        plane = t // nout
-        b = plane // c
-        ci = plane % c
-        cuda.atomic.add(dx, (b, ci, argmax[b, ci, k]), dy[b, ci, k])
+    n, c, h, w = dx.shape
+    if t >= n * c * h * w:
+        return
+    v = t % w
+    u = (t // w) % h
+    ci = (t // (w * h)) % c
+    b = t // (w * h * c)
+    oh, ow = dy.shape[2], dy.shape[3]
+    me = u * w + v
+    s = dx.dtype.type(0)
+    for p in range(kh - 1, -1, -1):
+        ii = u + ph - p
+        if ii < 0 or ii % sh != 0 or ii // sh >= oh:
+            continue
+        for q in range(kw - 1, -1, -1):
+            jj = v + pw - q
+            if jj >= 0 and jj % sw == 0 and jj // sw < ow:
+                if argmax[b, ci, ii // sh, jj // sw] == me:
+                    s += dy[b, ci, ii // sh, jj // sw]
+    dx[b, ci, u, v] = s
 
 
 @kernel(*each_float(f"void({A4}, {A4}, {_WINDOW})"))
@@ -147,28 +158,14 @@ def maxpool2d_forward(y, argmax, x, kh, kw, sh, sw, ph, pw, *, stream=0):
     launch_1d(_maxpool_forward_kernel, y.size, stream, y, argmax, x, *args)
 
 
-def maxpool2d_backward(dx, dy, argmax, *, stream=0):
-    """dx = 0, then dx[n,c].flat[argmax[n,c,i,j]] += dy[n,c,i,j].
-    Overwrites dx; a fill, then one thread per element of dy with an atomic add."""
-    check_device("maxpool2d_backward", ndim=4, dx=dx, dy=dy, argmax=argmax)
-    float_dtype("maxpool2d_backward", dx=dx, dy=dy)
-    if argmax.dtype.name != "int32":
-        raise TypeError(f"maxpool2d_backward: argmax has dtype {argmax.dtype}, expected int32")
-    if dy.shape != argmax.shape or dx.shape[0] != dy.shape[0] or dx.shape[1] != dy.shape[1]:
-        raise ValueError(
-            "maxpool2d_backward: dy and argmax must agree, and dx must have the same N, C"
-        )
-    n, c, h, w = dx.shape
-    nout = dy.shape[2] * dy.shape[3]
-    fill(dx.reshape(-1), 0.0, stream=stream)
-    launch_1d(
-        _maxpool_backward_kernel,
-        dy.size,
-        stream,
-        dx.reshape(n, c, h * w),
-        dy.reshape(n, c, nout),
-        argmax.reshape(n, c, nout),
-    )
+def maxpool2d_backward(dx, dy, argmax, kh, kw, sh, sw, ph, pw, *, stream=0):
+    """dx = 0, then dx[n,c].flat[argmax[n,c,i,j]] += dy[n,c,i,j] in row-major window order.
+    Overwrites dx; one thread per element of dx, gathering (no atomics: deterministic)."""
+    args = _check_pool("maxpool2d_backward", dy, dx, kh, kw, sh, sw, ph, pw)
+    check_device("maxpool2d_backward", argmax=argmax)
+    if argmax.dtype.name != "int32" or argmax.shape != dy.shape:
+        raise ValueError("maxpool2d_backward: argmax must be int32 with the shape of dy")
+    launch_1d(_maxpool_backward_kernel, dx.size, stream, dx, dy, argmax, *args)
 
 
 def avgpool2d_forward(y, x, kh, kw, sh, sw, ph, pw, *, stream=0):

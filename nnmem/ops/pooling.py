@@ -60,7 +60,11 @@ class Pooling2d(Operator):
         dx = self.output(self.in_shape, dy.dtype)
         if self.is_max:
             (argmax,) = self.saved
-            self.run(K.maxpool2d_backward, reads=(dy, argmax), writes=(dx,))
+            self.run(
+                lambda dx_, dy_, am_: K.maxpool2d_backward(dx_, dy_, am_, kh, kw, sh, sw, ph, pw),
+                reads=(dy, argmax),
+                writes=(dx,),
+            )
         else:
             self.run(
                 lambda dx_, dy_: K.avgpool2d_backward(dx_, dy_, kh, kw, sh, sw, ph, pw),

@@ -75,7 +75,7 @@ def test_maxpool_forward_and_adjoint(rng, shape):
     np.testing.assert_array_equal(y, y_ref)
     np.testing.assert_array_equal(arg, arg_ref)
     dx = np.full(x.shape, np.nan)
-    maxpool2d_backward(dx, dy, arg)
+    maxpool2d_backward(dx, dy, arg, *win)
     # the backward is the transpose of the gather x -> x[n, c].flat[argmax]
     n, c = x.shape[:2]
     gather = np.take_along_axis(x.reshape(n, c, -1), arg.reshape(n, c, -1), axis=2)
@@ -137,7 +137,7 @@ def test_float32(rng):
     np.testing.assert_array_equal(y, y_ref.astype(np.float32))
     np.testing.assert_array_equal(arg, arg_ref)
     dx = np.empty(x.shape, np.float32)
-    maxpool2d_backward(dx, dy, arg)
+    maxpool2d_backward(dx, dy, arg, *win)
     avgpool2d_forward(y, x, *win)
     np.testing.assert_allclose(y, ref_avgpool(x.astype(np.float64), *win), rtol=1e-5, atol=1e-6)
     avgpool2d_backward(dx, dy, *win)
