@@ -8,6 +8,7 @@ Each owns one preallocated memory pool and runs, or records, operations; what th
 where they differ, is in nnmem/devices/base.py.
 """
 
+import operator
 import os
 
 from nnmem.devices.base import Device
@@ -89,10 +90,11 @@ def create_cuda_gpu_on(device_id, pool_bytes=None, strategy="best_fit"):
         )
     if pool_bytes is None and "NNMEM_POOL_BYTES" in os.environ:
         pool_bytes = os.environ["NNMEM_POOL_BYTES"]
+    device_id = operator.index(device_id)  # 0.9 or "0" is a mistake, not GPU 0
     gpus = len(cuda_device.cuda.gpus)
-    if not 0 <= int(device_id) < gpus:
+    if not 0 <= device_id < gpus:
         raise DeviceUnavailable(
             f"create_cuda_gpu_on({device_id}): this machine has {gpus} GPU(s), numbered 0 to "
             f"{gpus - 1}"
         )
-    return cuda_device.CudaDevice(pool_bytes, strategy=strategy, dev_id=int(device_id))
+    return cuda_device.CudaDevice(pool_bytes, strategy=strategy, dev_id=device_id)

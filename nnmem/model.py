@@ -169,17 +169,24 @@ class Model(Layer):
         buffers = [t for t in buffers if t.block.allocated and dev.runs_kernels]
         copies = list(zip(buffers, dev.snapshot(buffers)))
         mark = self.optimizer.state_mark() if isinstance(self.optimizer, Optimizer) else None
+        counter_existed = dev.rng_state is not None and dev.rng_state.block.allocated
         return _StateBefore(
-            dev.commits, copies, dev.rng, dev.rng.bit_generator.state, mark, len(self._graphs)
+            dev.commits,
+            dev,
+            copies,
+            counter_existed,
+            dev.rng.bit_generator.state,
+            mark,
+            len(self._graphs),
         )
 
     def _host_values(self, dev):
         """The Python scalars a replayed step's kernels read when they are launched: the
-        optimizer's hyperparameters and dropout's seed. A device that freezes a step into one
-        launch (CUDA graphs) captures it again when one of them changes."""
-        hyper = vars(self.optimizer).items()
-        numbers = tuple(sorted((k, v) for k, v in hyper if isinstance(v, (bool, int, float))))
-        return numbers + (("seed", dev.seed),)
+        optimizer's hyperparameters (Optimizer.hyperparameters) and dropout's seed. A device
+        that freezes a step into one launch (CUDA graphs) captures it again when one of them
+        changes."""
+        hyper = getattr(self.optimizer, "hyperparameters", tuple)()
+        return tuple(hyper) + (("seed", dev.seed),)
 
     def _graph_key(self, inputs, kwargs=None):
         def key(value):
@@ -254,17 +261,23 @@ class _StateBefore(NamedTuple):
     (state made while recording a graph that never got compiled is dropped again)."""
 
     commits: int
+    device: object
     copies: list
-    rng: object  # the device's numpy Generator
+    counter_existed: bool  # dropout's draw counter (made by the first draw: maybe in this step)
     rng_state: dict
     optimizer_mark: object
     graphs: int
 
     def restore(self, model):
+        dev = self.device
+        # The copies were queued on the compute stream (a GPU may still be making them); only
+        # that stream is waited for: an unrelated copy's error must not stop the undo.
+        dev.compute_stream.synchronize()
         for t, value in self.copies:
-            t.device.Sync()  # the copies may still be in flight (a GPU queues them)
             t.copy_from_numpy(value)
-        self.rng.bit_generator.state = self.rng_state
+        if not self.counter_existed and dev.rng_state is not None:
+            dev.rng_state.set_value(0)  # made by the failed step: a retry draws the same masks
+        dev.rng.bit_generator.state = self.rng_state
         if self.optimizer_mark is not None and len(model._graphs) == self.graphs:
             model.optimizer.forget_state_since(self.optimizer_mark)
 

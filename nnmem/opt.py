@@ -16,6 +16,8 @@ tensor too, advanced by a device operation, and the hyperparameters (learning ra
 weight decay, ...) are read when the update runs: a replayed graph sees them change.
 """
 
+import numbers
+
 import numpy as np
 
 from nnmem import autograd
@@ -49,6 +51,12 @@ class Optimizer:
         except BaseException:
             self.forget_state_since(mark)
             raise
+
+    def hyperparameters(self):
+        """(name, value) of every number the update kernels are launched with (learning rate,
+        momentum, betas...), sorted: what a step captured as one CUDA graph has frozen.
+        An optimizer whose settings live elsewhere (a schedule) overrides it."""
+        return tuple(sorted((k, v) for k, v in vars(self).items() if isinstance(v, numbers.Number)))
 
     def state_mark(self):
         """Which state exists now; forget_state_since(mark) drops what was made after it."""

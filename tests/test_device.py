@@ -323,3 +323,29 @@ def test_a_step_that_fails_after_batchnorm_ran_changes_no_state(device, monkeypa
     for key, value in before.items():
         np.testing.assert_array_equal(after[key], value, err_msg=key)
     np.testing.assert_array_equal(tensor.to_numpy(dev.rng_state), counter)
+
+
+def test_an_event_recorded_after_failed_work_is_still_reached():
+    dev = device.create_cpu_device("1MiB")
+    stream, event = dev.create_stream(), dev.create_event()
+    stream.submit(lambda: 1 / 0)
+    event.record(stream)
+    event.synchronize()  # returns: the marker runs although the work before it failed
+    assert event.query()
+    with pytest.raises(ZeroDivisionError):
+        stream.synchronize()
+
+
+def test_a_wait_is_for_the_record_made_before_it_as_in_cuda():
+    dev = device.create_cpu_device("1MiB")
+    a, b, event = dev.create_stream(), dev.create_stream(), dev.create_event()
+    gate, seen = threading.Event(), []
+    a.submit(gate.wait)
+    event.record(a)  # record 1: after the gate
+    event.wait(b)  # b waits for record 1 only
+    event.record(b)  # record 2 on the waiting stream itself: must not deadlock
+    b.submit(seen.append, "b ran")
+    assert not event.query()
+    gate.set()
+    b.synchronize()
+    assert seen == ["b ran"] and event.query()

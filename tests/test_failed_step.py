@@ -603,3 +603,48 @@ def test_patching_training_in_a_test_puts_the_value_back():
     with mock.patch.object(autograd, "training", False):
         assert autograd.training is False
     assert autograd.training is True
+
+
+class _DropNet(model.Model):
+    """Dropout, then a dense layer; fails once after dropout drew its mask, if asked to."""
+
+    def __init__(self, fail):
+        super().__init__()
+        self.fail = fail
+        self.drop, self.flat = layer.Dropout(0.5), layer.Flatten()
+        self.linear, self.loss = layer.Linear(3), layer.SoftMaxCrossEntropy()
+
+    def forward(self, x):
+        return self.linear(self.flat(self.drop(x)))
+
+    def train_one_batch(self, x, y):
+        out = self.forward(x)
+        if self.fail:
+            self.fail = False
+            raise RuntimeError("after dropout")
+        loss = self.loss(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+
+@pytest.mark.parametrize("compile_first", [True, False])
+def test_a_failed_first_step_leaves_no_dropout_draw_behind(compile_first):
+    """Dropout's draw counter is made by the first draw, inside the step: a failed first step
+    puts it back to 0, so the retry draws the masks a clean first step draws."""
+
+    def run(fail):
+        dev = device.create_cpu_device("16MiB")
+        dev.SetRandSeed(0)
+        m = _DropNet(fail)
+        m.set_optimizer(opt.SGD(lr=0.1))
+        ((x, y),) = batches((4, 2, 3, 3), 1, classes=3)
+        tx, ty = tensor.from_numpy(x, dev), tensor.from_numpy(y, dev)
+        if compile_first:
+            m.compile([tx], is_train=False, use_graph=False)
+            m.train()
+        if fail:
+            fail_and_forget(lambda: m(tx, ty), RuntimeError)
+        loss = tensor.to_numpy(m(tx, ty)[1])[0]
+        return loss, int(tensor.to_numpy(dev.rng_state)[0])
+
+    assert run(True) == run(False)

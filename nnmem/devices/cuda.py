@@ -17,6 +17,7 @@ This module imports numba.cuda, which needs the numba-cuda package (``pip instal
 "nnmem[cuda]"``); nnmem.device imports it only when a CUDA device is created.
 """
 
+import contextlib
 import functools
 import inspect
 import math
@@ -102,6 +103,26 @@ class CudaDevice(Device):
     def _make_storage(self, capacity, alignment):
         return CudaStorage(capacity, alignment)
 
+    # -- the GPU's context ------------------------------------------------------------------
+    # numba.cuda launches in the calling *thread's* current context. A device on GPU 1, or one
+    # used from a thread other than the one that made it, must make its GPU current first.
+    @contextlib.contextmanager
+    def step(self):
+        with cuda.gpus[self.dev_id], super().step():
+            yield
+
+    def exec(self, *args, **kwargs):
+        with cuda.gpus[self.dev_id]:
+            return super().exec(*args, **kwargs)
+
+    def write_from_host(self, tensor, write):
+        with cuda.gpus[self.dev_id]:
+            return super().write_from_host(tensor, write)
+
+    def Sync(self):
+        with cuda.gpus[self.dev_id]:
+            super().Sync()
+
     def snapshot(self, tensors):
         """Queued copies into pinned buffers kept per tensor: no host synchronisation between
         steps (the undo record is read only after a failure, after Sync)."""
@@ -133,7 +154,7 @@ class CudaDevice(Device):
 
     def captured_launch(self, step, host_values):
         """The step's CUDA graph launch, captured at its second replay (the first compiles the
-        kernels and lets Conv2d's benchmark mode time its algorithms, neither of which may
+        kernels and lets Conv2d's "auto" time its algorithms, neither of which may
         happen while capturing) and again when its arrays or `host_values` change. None:
         replay call by call (graphs off, profiling on, the first replay, or a capture that
         failed: the step then stays uncaptured)."""
@@ -160,14 +181,16 @@ class CudaDevice(Device):
         return captured.launch
 
     def _write_from_host(self, tensor, write):
-        host = self.pinned_array(tensor.shape, tensor.dtype)
+        # Pageable memory: pinning a buffer (cudaHostAlloc) costs more than this one
+        # synchronous copy saves. Pinned buffers are for the copy engine's asynchronous copies.
+        host = np.empty(tensor.shape, tensor.dtype)
         write(host)
         # On the compute stream: after every kernel queued before it, before every one after.
         tensor.raw.copy_to_device(host, stream=self.compute_stream)
         self.compute_stream.synchronize()  # `host` is freed on return: the copy must be done
 
     def to_host(self, tensor, out=None):
-        with self.lock:
+        with self.lock, cuda.gpus[self.dev_id]:
             tensor.block.check_written()
             if out is None:
                 out = np.empty(tensor.shape, tensor.dtype)
@@ -176,7 +199,8 @@ class CudaDevice(Device):
             return out
 
     def copy_tensor(self, dst, src):
-        dst.raw.copy_to_device(src.raw, stream=self.compute_stream)
+        with cuda.gpus[self.dev_id]:
+            dst.raw.copy_to_device(src.raw, stream=self.compute_stream)
 
     def pinned_array(self, shape, dtype):
         return cuda.pinned_array(shape, dtype)

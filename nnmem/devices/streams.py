@@ -11,11 +11,12 @@ On a GPU they are CUDA's own (``numba.cuda.stream()``, ``numba.cuda.event()``). 
 * ``InlineStream``: runs the work at once on the calling thread. The CPU device's compute
   stream is one: its kernels already run when an operation calls them.
 * ``WorkerStream``: one worker thread draining a FIFO queue: the CPU's copy engine.
-* ``Event``: a ``threading.Event`` set by the stream that reaches it.
+* ``Event``: set by the stream that reaches it.
 
-Method names are numba.cuda's: ``stream.synchronize()``, ``event.record(stream)``,
-``event.wait(stream)`` (the *stream* waits, not the host), ``event.synchronize()`` (the host
-waits), ``event.query()``.
+Method names and semantics are CUDA's: ``stream.synchronize()``; ``event.record(stream)``;
+``event.wait(stream)`` (the *stream* waits, for the record made before this call, as
+cudaStreamWaitEvent); ``event.synchronize()`` (the host waits for the latest record);
+``event.query()``. An event never recorded counts as reached.
 """
 
 import queue
@@ -27,7 +28,7 @@ __all__ = ["InlineStream", "WorkerStream", "Event"]
 class InlineStream:
     """Work runs when it is queued, on the caller's thread; nothing is ever pending."""
 
-    def submit(self, fn, *args):
+    def submit(self, fn, *args, always=False):
         fn(*args)
 
     def synchronize(self):
@@ -37,7 +38,8 @@ class InlineStream:
 class WorkerStream:
     """A worker thread runs the queued work in order. An exception in the work is kept and
     raised by the next ``synchronize()`` (as CUDA reports an error at the next sync); the work
-    queued after it is dropped, because it may depend on what failed."""
+    queued after it is dropped, because it may depend on what failed -- except work queued with
+    ``always=True`` (an event's marker: whoever waits for the event must not wait for ever)."""
 
     def __init__(self, name="nnmem stream"):
         self._queue = queue.Queue()
@@ -46,9 +48,9 @@ class WorkerStream:
         self._thread = None
         self._start_lock = threading.Lock()
 
-    def submit(self, fn, *args):
+    def submit(self, fn, *args, always=False):
         self._start()
-        self._queue.put((fn, args))
+        self._queue.put((fn, args, always))
 
     def synchronize(self):
         """Wait until every queued piece of work has run; raise the first failure among them."""
@@ -67,39 +69,65 @@ class WorkerStream:
 
     def _drain(self):
         while True:
-            fn, args = self._queue.get()
+            fn, args, always = self._queue.get()
             try:
-                if self._error is None:
+                if self._error is None or always:
                     fn(*args)
             except BaseException as e:  # kept for synchronize(); the worker must live on
-                self._error = e
+                if self._error is None:
+                    self._error = e
             finally:
                 self._queue.task_done()
 
 
 class Event:
-    """Set when the work queued on a stream before ``record(stream)`` has finished."""
+    """Set when the work queued on a stream before ``record(stream)`` has finished.
+
+    Records are numbered: ``wait`` and ``synchronize`` wait for the record that was the latest
+    when they were called, so recording the event again (on the same stream or another) never
+    makes an earlier waiter wait longer, or a later one return early."""
 
     def __init__(self):
-        self._done = threading.Event()
-        self._done.set()  # an event never recorded counts as reached, as in CUDA
+        self._changed = threading.Condition()
+        self._recorded = 0  # records made (numbered from 1)
+        self._pending = set()  # records whose point of their stream is not reached yet
 
     def record(self, stream=None):
-        """Mark this point of `stream` (the inline stream by default)."""
-        self._done.clear()
-        (stream or _INLINE).submit(self._done.set)
+        """Mark this point of `stream` (the inline stream, i.e. the host, by default)."""
+        with self._changed:
+            self._recorded += 1
+            number = self._recorded
+            self._pending.add(number)
+        (stream or _INLINE).submit(self._reach, number, always=True)
 
     def wait(self, stream=None):
-        """Make `stream` wait for this event before it runs anything queued after this call."""
-        (stream or _INLINE).submit(self._done.wait)
+        """Make `stream` wait, before anything queued after this call, for the latest record."""
+        with self._changed:
+            number = self._recorded
+        (stream or _INLINE).submit(self._wait_for, number, always=True)
 
     def synchronize(self):
-        """Block the host until the event is reached."""
-        self._done.wait()
+        """Block the host until the latest record is reached."""
+        with self._changed:
+            number = self._recorded
+        self._wait_for(number)
 
     def query(self):
-        """True if the event has been reached (does not wait)."""
-        return self._done.is_set()
+        """True if the latest record has been reached (does not wait)."""
+        with self._changed:
+            return self._done(self._recorded)
+
+    def _done(self, number):
+        return number not in self._pending
+
+    def _reach(self, number):
+        with self._changed:
+            self._pending.discard(number)
+            self._changed.notify_all()
+
+    def _wait_for(self, number):
+        with self._changed:
+            self._changed.wait_for(lambda: self._done(number))
 
 
 _INLINE = InlineStream()
