@@ -40,10 +40,12 @@ def _pool_bytes(pool_bytes):
     return pool_bytes
 
 
-def create_cpu_device(pool_bytes=None, strategy="best_fit"):
+def create_cpu_device(pool_bytes=None, strategy="best_fit", link_gbps=None):
     """A CPU device whose pool preallocates `pool_bytes` (int or "2GiB"; default 2 GiB, or
-    the environment variable NNMEM_POOL_BYTES). `strategy` is "best_fit" or "first_fit"."""
-    return CpuDevice(_pool_bytes(pool_bytes), strategy=strategy)
+    the environment variable NNMEM_POOL_BYTES). `strategy` is "best_fit" or "first_fit".
+    `link_gbps`: the speed, in GB/s, of its asynchronous copies to and from host buffers (a
+    GPU's PCIe link, simulated; default: memory speed)."""
+    return CpuDevice(_pool_bytes(pool_bytes), strategy=strategy, link_gbps=link_gbps)
 
 
 def create_planning_device(pool_bytes=2**50, strategy="best_fit"):

@@ -349,3 +349,27 @@ def test_a_wait_is_for_the_record_made_before_it_as_in_cuda():
     gate.set()
     b.synchronize()
     assert seen == ["b ran"] and event.query()
+
+
+# -- a simulated copy link on the CPU (the offload engine's test bench) ----------------------
+def test_copies_on_a_slow_link_take_their_time_and_leave_the_host_free():
+    dev = device.create_cpu_device("16MiB", link_gbps=0.05)  # 50 MB/s: 4 MB takes 80 ms
+    t = tensor.Tensor((1 << 20,), dev).set_value(1.5)
+    host = dev.pinned_array((1 << 20,), np.float32)
+    done = dev.create_event()
+    start = time.perf_counter()
+    dev.copy_to_host_async(t, host, dev.copy_stream)
+    done.record(dev.copy_stream)
+    queued = time.perf_counter() - start
+    assert not done.query(), "the copy finished at once: the link is not simulated"
+    done.synchronize()
+    took = time.perf_counter() - start
+    assert took >= 4 * 2**20 / 0.05e9  # never faster than the link
+    assert queued < took / 4  # the host went on while the copy ran
+    assert (host == 1.5).all()
+
+
+@pytest.mark.parametrize("speed", [0, -1, float("nan"), float("inf"), "8", True])
+def test_a_bad_link_speed_is_a_clear_error(speed):
+    with pytest.raises(ValueError, match="link_gbps"):
+        device.create_cpu_device("1MiB", link_gbps=speed)

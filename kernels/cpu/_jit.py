@@ -104,7 +104,12 @@ def _attach_cache(dispatcher):
 
 
 def njit(*, cache=False, **options):
-    """``numba.njit(**options)``; with ``cache=True``, the code is cached outside the package."""
+    """``numba.njit(**options)``; with ``cache=True``, the code is cached outside the package.
+
+    Every kernel releases the GIL while it runs (``nogil=True``, unless told otherwise): it
+    touches no Python object, and another thread -- the copy stream's worker moving tensors to
+    host memory, a second model's step -- can then run beside it instead of waiting for it."""
+    options.setdefault("nogil", True)
 
     def decorate(py_func):
         dispatcher = numba.njit(**options)(py_func)

@@ -3,7 +3,17 @@
 Kernels run on the calling thread (the compute stream is inline); copies between a tensor and
 a host buffer can be queued on a worker thread (the copy stream), the CPU stand-in for a GPU's
 copy engine, so the offload engine runs here unchanged.
+
+A CPU has no link between device and host memory to be slow: both are RAM. To study what a
+GPU's PCIe link does to offloading without a GPU, ``link_gbps`` sets the speed of the copy
+stream's asynchronous copies: each takes at least bytes / (link_gbps * 1e9) seconds (the copy,
+then a sleep for the rest of that time; both release the GIL, and so do the kernels, so copies
+and compute overlap as on a GPU).
 """
+
+import math
+import numbers
+import time
 
 import numpy as np
 
@@ -18,8 +28,19 @@ class CpuDevice(Device):
     kind = "cpu"
     kernels = cpu_kernels
 
-    def __init__(self, pool_bytes, strategy="best_fit", name="cpu", dev_id=-1):
+    def __init__(self, pool_bytes, strategy="best_fit", name="cpu", dev_id=-1, link_gbps=None):
+        if link_gbps is not None and not (
+            isinstance(link_gbps, numbers.Real)
+            and not isinstance(link_gbps, bool)
+            and math.isfinite(link_gbps)
+            and link_gbps > 0
+        ):
+            raise ValueError(
+                f"link_gbps={link_gbps!r}: give the copy link's speed in GB/s as a positive "
+                "number (e.g. 8 for PCIe 3 x16), or None for copies at memory speed"
+            )
         super().__init__(pool_bytes, strategy, name, dev_id)
+        self.link_gbps = link_gbps
         self.compute_stream = InlineStream()
         self.copy_stream = WorkerStream(f"nnmem {name} copy stream")
 
@@ -47,7 +68,16 @@ class CpuDevice(Device):
         return Event()
 
     def copy_to_host_async(self, tensor, out, stream):
-        stream.submit(np.copyto, out, tensor.raw)
+        stream.submit(self._link_copy, out, tensor.raw)
 
     def copy_from_host_async(self, tensor, host, stream):
-        stream.submit(np.copyto, tensor.raw, host)
+        stream.submit(self._link_copy, tensor.raw, host)
+
+    def _link_copy(self, dst, src):
+        """dst = src, taking as long as the link needs (link_gbps), at least."""
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        if self.link_gbps is not None:
+            remaining = dst.nbytes / (self.link_gbps * 1e9) - (time.perf_counter() - start)
+            if remaining > 0:
+                time.sleep(remaining)
