@@ -204,7 +204,7 @@ class Model(Layer):
         key = self._graph_key(inputs, kwargs)
         compiled = self._graphs.get(key)
         if compiled is not None:
-            return compiled.replay(inputs, self._host_values(dev))
+            return compiled.replay(inputs, lambda: self._host_values(dev))
         recorder = dev.recorder = Recorder()
         try:
             result = step(*inputs, **kwargs)

@@ -31,6 +31,7 @@ __all__ = [
     "DEVICE_FUNCTIONS",
     "kernel",
     "device_function",
+    "unravel4",
     "each_float",
     "blocks",
     "launch_1d",
@@ -150,3 +151,14 @@ def check_dtype(name, dtype, **arrays):
     for label, a in arrays.items():
         if a.dtype != dtype:
             raise TypeError(f"{name}: {label} has dtype {a.dtype}, expected {np.dtype(dtype)}")
+
+
+@device_function
+def unravel4(t, d1, d2, d3):
+    """(a, b, c, d) with t = ((a*d1 + b)*d2 + c)*d3 + d: the 4-D index of element t of a
+    C-contiguous array of shape (., d1, d2, d3), i.e. the element a thread of a one-thread-per-
+    element kernel owns (d runs fastest: consecutive threads, consecutive addresses)."""
+    d = t % d3
+    c = (t // d3) % d2
+    b = (t // (d3 * d2)) % d1
+    return t // (d3 * d2 * d1), b, c, d

@@ -29,8 +29,19 @@ any workspace that suits the CPU suits it. Chunks run in order on one stream: de
 
 from numba import cuda
 
+from ..cpu import conv as cpu_conv
 from ..cpu.conv import conv2d_gemm_workspace_per_sample, conv2d_output_shape
-from ._launch import A2, A3, A4, check_device, each_float, float_dtype, kernel, launch_1d
+from ._launch import (
+    A2,
+    A3,
+    A4,
+    check_device,
+    each_float,
+    float_dtype,
+    kernel,
+    launch_1d,
+    unravel4,
+)
 from .elementwise import fill
 from .gemm import gemm
 
@@ -75,10 +86,7 @@ def _forward_direct_kernel(y, x, w, sh, sw, ph, pw):
     n, o, oh, ow = y.shape
     if t >= n * o * oh * ow:
         return
-    j = t % ow
-    i = (t // ow) % oh
-    oc = (t // (ow * oh)) % o
-    b = t // (ow * oh * o)
+    b, oc, i, j = unravel4(t, o, oh, ow)
     _, c, h, wd = x.shape
     _, _, kh, kw = w.shape
     acc = y.dtype.type(0)
@@ -102,10 +110,7 @@ def _backward_data_direct_kernel(dx, dy, w, sh, sw, ph, pw):
     n, c, h, wd = dx.shape
     if t >= n * c * h * wd:
         return
-    v = t % wd
-    u = (t // wd) % h
-    ci = (t // (wd * h)) % c
-    b = t // (wd * h * c)
+    b, ci, u, v = unravel4(t, c, h, wd)
     o, _, kh, kw = w.shape
     oh, ow = dy.shape[2], dy.shape[3]
     acc = dx.dtype.type(0)
@@ -130,10 +135,7 @@ def _backward_filter_direct_kernel(dw, dy, x, sh, sw, ph, pw):
     o, c, kh, kw = dw.shape
     if t >= o * c * kh * kw:
         return
-    q = t % kw
-    p = (t // kw) % kh
-    ci = (t // (kw * kh)) % c
-    oc = t // (kw * kh * c)
+    oc, ci, p, q = unravel4(t, c, kh, kw)
     n, _, h, wd = x.shape
     oh, ow = dy.shape[2], dy.shape[3]
     s = 0.0
@@ -208,10 +210,7 @@ def _col2im_kernel(x, cols, kh, kw, sh, sw, ph, pw):
     nb, c, h, wd = x.shape
     if t >= nb * c * h * wd:
         return
-    v = t % wd
-    u = (t // wd) % h
-    ci = (t // (wd * h)) % c
-    b = t // (wd * h * c)
+    b, ci, u, v = unravel4(t, c, h, wd)
     oh = (h + 2 * ph - kh) // sh + 1
     ow = (wd + 2 * pw - kw) // sw + 1
     acc = x.dtype.type(0)
@@ -287,12 +286,9 @@ def _gemm_setup(name, y, x, w, workspace, sh, sw, ph, pw):
     return k, npix, max(1, min(n, workspace.size // per))  # max: no zero step when N == 0
 
 
-def _chunk_views(workspace, k, o, npix, b):
-    """cols (K, B*L) at the start of the workspace, then the (O, B*L) transposed-channel buffer.
-    Views: slicing and reshaping a device array allocate nothing on the device."""
-    cols = workspace[: k * b * npix].reshape(k, b * npix)
-    tbuf = workspace[k * b * npix : (k + o) * b * npix].reshape(o, b * npix)
-    return cols, tbuf
+# The workspace cut into cols and the transposed-channel buffer: the CPU kernels' helper
+# (slicing and reshaping a device array make views: nothing is allocated on the device).
+_chunk_views = cpu_conv._chunk_views
 
 
 def conv2d_forward_gemm(y, x, w, workspace, sh, sw, ph, pw, *, stream=0):

@@ -24,6 +24,7 @@ import math
 
 from numba import cuda, float64
 
+from ..cpu import loss as cpu_loss
 from ._launch import (
     A1,
     A2,
@@ -55,22 +56,9 @@ def _with_labels(template):
     return tuple(s for lab in _LABELS for s in each_float(template.replace("{L}", lab)))
 
 
-@device_function
-def _softmax_row(prob, x, r):
-    """prob[r] = softmax(x[r]); returns (row max, log of sum exp(x[r] - max)). One thread."""
-    c = x.shape[1]
-    mx = x[r, 0]
-    for k in range(1, c):
-        if x[r, k] > mx:
-            mx = x[r, k]
-    s = 0.0
-    for k in range(c):
-        e = math.exp(x[r, k] - mx)
-        prob[r, k] = e
-        s += e
-    for k in range(c):
-        prob[r, k] = prob[r, k] / s
-    return mx, math.log(s)
+# prob[r] = softmax(x[r]), returning (row max, log of sum exp(x[r] - max)), for one thread: the
+# CPU kernels' own source (kernels/cpu/loss.py), compiled for the GPU, as counter_rng is.
+_softmax_row = device_function(cpu_loss._softmax_row)
 
 
 @kernel(*_with_labels(f"void({A1}, {A2}, {A2}, {{L}})"))

@@ -20,7 +20,7 @@ None allocates or needs a workspace.
 from numba import cuda
 
 from ..cpu.pool import pool2d_output_shape
-from ._launch import A4, check_device, each_float, float_dtype, kernel, launch_1d
+from ._launch import A4, check_device, each_float, float_dtype, kernel, launch_1d, unravel4
 
 __all__ = [
     "pool2d_output_shape",
@@ -53,10 +53,7 @@ def _maxpool_forward_kernel(y, argmax, x, kh, kw, sh, sw, ph, pw):
     n, c, oh, ow = y.shape
     if t >= n * c * oh * ow:
         return
-    j = t % ow
-    i = (t // ow) % oh
-    ci = (t // (ow * oh)) % c
-    b = t // (ow * oh * c)
+    b, ci, i, j = unravel4(t, c, oh, ow)
     h, w = x.shape[2], x.shape[3]
     u_lo = max(i * sh - ph, 0)
     u_hi = min(i * sh - ph + kh, h)
@@ -84,10 +81,7 @@ def _maxpool_backward_kernel(dx, dy, argmax, kh, kw, sh, sw, ph, pw):
     n, c, h, w = dx.shape
     if t >= n * c * h * w:
         return
-    v = t % w
-    u = (t // w) % h
-    ci = (t // (w * h)) % c
-    b = t // (w * h * c)
+    b, ci, u, v = unravel4(t, c, h, w)
     oh, ow = dy.shape[2], dy.shape[3]
     me = u * w + v
     s = dx.dtype.type(0)
@@ -110,10 +104,7 @@ def _avgpool_forward_kernel(y, x, kh, kw, sh, sw, ph, pw):
     n, c, oh, ow = y.shape
     if t >= n * c * oh * ow:
         return
-    j = t % ow
-    i = (t // ow) % oh
-    ci = (t // (ow * oh)) % c
-    b = t // (ow * oh * c)
+    b, ci, i, j = unravel4(t, c, oh, ow)
     h, w = x.shape[2], x.shape[3]
     s = 0.0
     for u in range(max(i * sh - ph, 0), min(i * sh - ph + kh, h)):
@@ -130,10 +121,7 @@ def _avgpool_backward_kernel(dx, dy, kh, kw, sh, sw, ph, pw):
     n, c, h, w = dx.shape
     if t >= n * c * h * w:
         return
-    v = t % w
-    u = (t // w) % h
-    ci = (t // (w * h)) % c
-    b = t // (w * h * c)
+    b, ci, u, v = unravel4(t, c, h, w)
     oh, ow = dy.shape[2], dy.shape[3]
     inv = 1.0 / (kh * kw)
     s = 0.0

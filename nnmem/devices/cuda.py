@@ -155,7 +155,7 @@ class CudaDevice(Device):
     def captured_launch(self, step, host_values):
         """The step's CUDA graph launch, captured at its second replay (the first compiles the
         kernels and lets Conv2d's "auto" time its algorithms, neither of which may
-        happen while capturing) and again when its arrays or `host_values` change. None:
+        happen while capturing) and again when its arrays or ``host_values()`` change. None:
         replay call by call (graphs off, profiling on, the first replay, or a capture that
         failed: the step then stays uncaptured)."""
         if not self.use_cuda_graphs or self.verbosity or self.memory_samples is not None:
@@ -165,9 +165,10 @@ class CudaDevice(Device):
         captured = self._captured.get(step, False)
         if captured is None:  # a capture failed before: call by call for good
             return None
-        if captured is False or captured.calls is not step.calls or captured.key != host_values:
+        key = host_values()
+        if captured is False or captured.calls is not step.calls or captured.key != key:
             try:
-                captured = cuda_graph.CapturedStep(step.calls, self.compute_stream, host_values)
+                captured = cuda_graph.CapturedStep(step.calls, self.compute_stream, key)
             except Exception as e:
                 self._captured[step] = None
                 warnings.warn(

@@ -125,12 +125,12 @@ class CompiledStep:
         ]
 
     # -- replaying -------------------------------------------------------------------------
-    def replay(self, inputs, host_values=()):
+    def replay(self, inputs, host_values=tuple):
         """Run the recorded step again on the data now in its input tensors.
 
-        `host_values`: the Python scalars the step's kernels are launched with (learning rate,
-        seed...); a device that captures the step as one launch (CUDA graphs) captures it
-        again when they change."""
+        `host_values`: a function giving the Python scalars the step's kernels are launched
+        with (learning rate, seed...); a device that captures the step as one launch (CUDA
+        graphs) captures it again when they change. Only such a device calls it."""
         for given, recorded in zip(inputs, self.inputs):
             if given is not recorded and hasattr(given, "block"):
                 given.block.check_written()

@@ -105,17 +105,13 @@ class Conv2d(Operator):
                 writes=(out,),
             )
             return
-        if self.algorithm == "gemm":
-            self.run(
-                lambda out_, ws_, a_, b_: gemm(out_, a_, b_, ws_, sh, sw, ph, pw),
-                reads=(a, b),
-                writes=(out, ws),
-            )
-            return
-        candidates = {
+        candidates = {  # both take the workspace's array, so either can run in the other's place
             "gemm": lambda out_, ws_, a_, b_: gemm(out_, a_, b_, ws_, sh, sw, ph, pw),
             "direct": lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw),
         }
+        if self.algorithm == "gemm":
+            self.run(candidates["gemm"], reads=(a, b), writes=(out, ws))
+            return
         key = (self.device.kind, pass_name, a.shape, b.shape, out.shape, ws.shape)
         key += (self.stride, self.padding, str(out.dtype))
         device = self.device
