@@ -14,7 +14,7 @@ import types
 from nnmem import operation
 from nnmem.operation import SAME, Operator, constant, name_scope  # noqa: F401 (SINGA's names)
 from nnmem.ops import *  # noqa: F401,F403  (autograd.relu, autograd.conv2d, ...)
-from nnmem.ops import add
+from nnmem.ops.arith import Add
 
 #: The value of ``autograd.training`` last set by any thread (see _Module).
 training = False
@@ -75,13 +75,22 @@ def backward(y, dy=None):
                 continue
             key = creator if creator is not None else leaf
             slot = grads.setdefault(key, {})
-            slot[index] = dx if index not in slot else add(slot[index], dx)
+            slot[index] = dx if index not in slot else _accumulate(slot[index], dx)
             pending[key] -= 1
             if pending[key] == 0:
                 if creator is None:
                     yield leaf, grads.pop(leaf)[0]
                 else:
                     ready.append(creator)
+
+
+def _accumulate(total, dx):
+    """total + dx: a gradient that reaches a tensor by a second path. Recorded as backward
+    (it runs in backward; the passes that rewrite a step tell forward and backward apart by
+    their phase)."""
+    op = Add()
+    op.phase = "backward"
+    return op(total, dx)
 
 
 def _count_consumers(root):

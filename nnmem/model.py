@@ -23,13 +23,20 @@ from typing import NamedTuple
 
 from nnmem import autograd, checkpoint
 from nnmem.checkpoint import CheckpointError  # noqa: F401 (re-exported)
-from nnmem.graph.executor import CompiledStep
+from nnmem.graph.executor import CompiledStep, PlanTooLarge
+from nnmem.graph.offload import POLICIES
 from nnmem.graph.recompute import STRATEGIES
 from nnmem.graph.recorder import Recorder
 from nnmem.layer import Layer
+from nnmem.memory import format_bytes, parse_bytes
+from nnmem.memory.cache import TensorCache
 from nnmem.memory.errors import OutOfMemory
 from nnmem.opt import Optimizer
 from nnmem.tensor import Tensor
+
+#: offload="dyn": the caps on a convolution's workspace tried in turn (None: no cap; 0: the
+#: direct algorithm everywhere).
+WORKSPACE_LIMITS = (None, 64 * 2**20, 16 * 2**20, 4 * 2**20, 2**20, 0)
 
 
 class _NoOptimizer:
@@ -52,6 +59,7 @@ class Model(Layer):
         self.graph_mode = False
         self.sequential = False
         self.recompute_strategy = "none"
+        self.offload_policy, self.async_offload = "none", True
         self.initialized = False
         self.optimizer = _NoOptimizer()
         self._graphs = {}  # (training, input shapes and dtypes) -> CompiledStep
@@ -60,13 +68,29 @@ class Model(Layer):
     def set_optimizer(self, optimizer):
         self.optimizer = optimizer
 
-    def compile(self, inputs, is_train=True, use_graph=False, sequential=False, recompute="none"):
+    def compile(
+        self,
+        inputs,
+        is_train=True,
+        use_graph=False,
+        sequential=False,
+        recompute="none",
+        offload="none",
+        budget=None,
+        async_offload=True,
+    ):
         """Create the parameters from the inputs' shapes and fix the modes.
 
         use_graph: record the step and replay it as a graph; sequential: replay in recording
         order (True) or breadth-first (False); recompute: drop cheap forward results and
         rebuild them in backward, "none", "speed", "memory" or "cost-aware" (graph mode only;
-        see nnmem.graph.recompute)."""
+        see nnmem.graph.recompute).
+        offload: move activations to host memory between forward and backward, "none",
+        "conv", "all" or "dyn" (vDNN's policies; see nnmem.graph.offload); budget: the most
+        bytes the device pool may hold (None, a number, or text such as "1GiB"): an
+        allocation above it fails like a full pool, and "dyn" picks the fastest policy
+        that fits it; async_offload: vDNNExt's asynchronous engine (True) or vDNN's, which
+        synchronises compute and copies at every layer's end (see nnmem.graph.engine)."""
         if not inputs or not all(isinstance(t, Tensor) for t in inputs):
             raise TypeError("compile(inputs): give a list of input tensors, e.g. [tx]")
         if recompute not in STRATEGIES:
@@ -76,8 +100,26 @@ class Model(Layer):
                 "recomputation rewrites a recorded step: compile with "
                 "use_graph=True to use recompute=" + repr(recompute)
             )
-        self.recompute_strategy = recompute
+        if offload not in POLICIES:
+            raise ValueError(f"compile(offload={offload!r}): choose one of {POLICIES}")
+        if offload == "dyn" and budget is None:
+            raise ValueError(
+                "compile(offload='dyn') picks the fastest policy that fits a budget: give one, "
+                "e.g. budget='1GiB'"
+            )
+        if not isinstance(async_offload, bool):
+            raise TypeError(f"compile(async_offload={async_offload!r}): give True or False")
         dev = inputs[0].device
+        budget = None if budget is None else _budget_bytes(budget, dev)
+        self.recompute_strategy = recompute
+        self.offload_policy, self.async_offload = offload, async_offload
+        dev.pool.budget = budget
+        # eager offloading is the device's tensor cache ("dyn": the cache moves tensors only
+        # when memory runs short, which is already dynamic, so it keeps every candidate)
+        eager_offload = offload != "none" and not use_graph
+        dev.cache = (
+            TensorCache(dev, "conv" if offload == "conv" else "all") if eager_offload else None
+        )
         with dev.lock:  # the dry run switch is the device's: no other thread's op may see it
             dev.dry_run = True
             previous = autograd.training
@@ -205,28 +247,69 @@ class Model(Layer):
         compiled = self._graphs.get(key)
         if compiled is not None:
             return compiled.replay(inputs, lambda: self._host_values(dev))
-        recorder = dev.recorder = Recorder()
-        try:
-            result = step(*inputs, **kwargs)
-        finally:
-            dev.recorder = None
         shapes = ", ".join("x".join(map(str, t.shape)) for t in inputs if isinstance(t, Tensor))
         label = f"{type(self).__name__} ({'training' if self.training else 'inference'}, {shapes})"
         try:
-            compiled = CompiledStep(
-                dev, recorder, inputs, result, self.sequential, label, self.recompute_strategy
-            )
+            compiled, result = self._record_and_compile(dev, step, inputs, kwargs, label)
         except OutOfMemory as e:
             e.add_note(
                 f"graph mode planned this step ({label}) with recompute="
-                f"{self.recompute_strategy!r}: compile(..., recompute='cost-aware') lowers its "
-                "peak; `nnmem plan` shows the figures of each technique beforehand"
+                f"{self.recompute_strategy!r} and offload={self.offload_policy!r}: "
+                "compile(..., recompute='cost-aware') and offload='all' lower its peak; "
+                "`nnmem plan` shows the figures of each technique beforehand"
             )
             raise
         self._graphs[key] = compiled
         if not dev.runs_kernels:  # planned, not run: values exist only on a real device
             return result
         return compiled.replay(inputs)
+
+    def _record(self, dev, step, inputs, kwargs):
+        """(recorder, result): the step recorded, nothing run."""
+        recorder = dev.recorder = Recorder()
+        try:
+            result = step(*inputs, **kwargs)
+        finally:
+            dev.recorder = None
+        return recorder, result
+
+    def _record_and_compile(self, dev, step, inputs, kwargs, label):
+        """(CompiledStep, result). With offload="dyn" (vDNN's dynamic policy): the fastest
+        policy that fits the budget with the convolutions' fastest workspaces; failing that,
+        the step is recorded again with a lower cap on workspaces (the convolutions with the
+        largest downgrade first: fewer samples per GEMM, then the direct algorithm)."""
+        limits = WORKSPACE_LIMITS if self.offload_policy == "dyn" else (dev.workspace_limit,)
+        previous = dev.workspace_limit
+        for limit in limits:
+            dev.workspace_limit = limit
+            try:
+                recorder, result = self._record(dev, step, inputs, kwargs)
+            finally:
+                dev.workspace_limit = previous
+            try:
+                compiled = CompiledStep(
+                    dev,
+                    recorder,
+                    inputs,
+                    result,
+                    self.sequential,
+                    label,
+                    self.recompute_strategy,
+                    self.offload_policy,
+                    synchronous_offload=not self.async_offload,
+                )
+            except PlanTooLarge as e:
+                too_large = e
+                continue
+            compiled.workspace_limit = limit
+            return compiled, result
+        raise OutOfMemory(
+            request=too_large.needed,
+            free_bytes=too_large.budget,
+            largest_free_block=too_large.budget,
+            capacity=too_large.budget,
+            requester=f"{label} with offload='dyn' and direct convolutions (no workspace)",
+        )
 
     # -- checkpoints in SINGA's format --------------------------------------------------------
     def save_states(self, fpath, aux_states=None):
@@ -301,3 +384,17 @@ def _device_of(model_name, inputs):
         "data into a tensor first: tx = tensor.from_numpy(x, dev), or "
         "tx.copy_from_numpy(x) into a PlaceHolder"
     )
+
+
+def _budget_bytes(budget, dev):
+    """A budget in bytes (a number, or text such as "1.5GiB"), checked against the pool."""
+    try:
+        nbytes = parse_bytes(budget)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"compile(budget={budget!r}): {e}") from None
+    if nbytes <= 0 or nbytes > dev.pool.capacity:
+        raise ValueError(
+            f"compile(budget={budget!r}): give a positive number of bytes no larger than the "
+            f"device pool ({format_bytes(dev.pool.capacity)}), e.g. budget='1GiB'"
+        )
+    return nbytes

@@ -199,6 +199,7 @@ def test_stats_after_a_sequence():
         "high_water_bytes": A + 2 * A + 3 * A,
         "requested_bytes.current": 10 + 3 * A,
         "reserved_bytes": 16 * A,
+        "budget_bytes": None,
         "free_bytes": 12 * A,
         "largest_free_block": 10 * A,
         "num_allocs": 3,

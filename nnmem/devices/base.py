@@ -14,7 +14,8 @@ The seam. A kind of device decides four things, and nothing else differs:
 
 * where the bytes are: ``storage`` (memory/storage.py), behind one device-agnostic Pool;
 * which kernels run: ``kernels``, a module (or namespace) with the names of nnmem.kernels.cpu;
-* how bytes cross between host and device: ``_write_from_host``, ``to_host``, ``copy_tensor``;
+* how bytes cross between host and device: ``_write_from_host``, ``to_host``, ``copy_tensor``,
+  ``queue_copy``; and the host memory offloaded tensors live in (``_make_host_storage``);
 * how work is queued: ``compute_stream``, ``copy_stream``, ``create_stream``, ``create_event``.
 """
 
@@ -29,7 +30,10 @@ import numpy as np
 from nnmem.interrupts import deferred_interrupts
 from nnmem.memory.arena import SharedArena
 from nnmem.memory.block import Block
+from nnmem.memory.errors import OutOfMemory
+from nnmem.memory.host import HostMemory
 from nnmem.memory.pool import ALIGNMENT, Pool
+from nnmem.memory.storage import HostStorage
 from nnmem.memory.units import format_bytes, parse_bytes
 
 _numbers = itertools.count()  # every device of the process gets its own number (repr, reports)
@@ -66,6 +70,13 @@ class Device:
     def __init__(self, pool_bytes, strategy, name, dev_id=-1):
         self.pool = Pool(parse_bytes(pool_bytes), strategy=strategy, alignment=ALIGNMENT)
         self.storage = self._make_storage(self.pool.capacity, ALIGNMENT)
+        # where offloaded tensors wait for backward (memory/host.py): bytes reserved on first use
+        self.host = HostMemory(self._host_pool_bytes(), self._make_host_storage, name)
+        self.offload_stats = {}  # the last offloading step's figures (graph/engine.py)
+        # bytes: the most a convolution's "auto" workspace may take (None: as free memory
+        # allows); offload="dyn" lowers it, downgrading the layers with the largest first
+        self.workspace_limit = None
+        self.cache = None  # eager offloading: the LRU tensor cache (memory/cache.py), or None
         self.graph_arena = SharedArena(self.pool)  # where compiled steps plan intermediates
         self.name = name
         self.number = next(_numbers)
@@ -92,6 +103,20 @@ class Device:
     # -- the seam: what each kind of device provides ----------------------------------------
     def _make_storage(self, capacity, alignment):
         """The object that owns the pool's `capacity` bytes (see memory/storage.py)."""
+        raise NotImplementedError
+
+    def _make_host_storage(self, capacity, alignment):
+        """The bytes of the host pool (offloaded tensors): ordinary host memory by default."""
+        return HostStorage(capacity, alignment)
+
+    def _host_pool_bytes(self):
+        """The host pool's size: four device pools' worth (address space only, until used)."""
+        return 4 * self.pool.capacity
+
+    def queue_copy(self, dst, src, stream, label):
+        """Queue ``dst[...] = src`` (arrays of the same bytes; one on the device, one in host
+        memory, either way) on `stream`. A failure is raised by the stream's next
+        ``synchronize()``; `label` says which copy it was."""
         raise NotImplementedError
 
     def _write_from_host(self, tensor, write):
@@ -158,6 +183,29 @@ class Device:
         self.copy_stream.synchronize()
 
     # -- memory ---------------------------------------------------------------------------
+    def alloc_block(self, block):
+        """The offset of new bytes for `block` in the pool; with the tensor cache on, evicting
+        least recently used tensors to the host when the pool (or budget) is full."""
+        try:
+            return self.pool.alloc(block.nbytes, owner=block)
+        except OutOfMemory as e:
+            if self.cache is None:
+                raise
+            return self.cache.allocate(block, e)
+
+    def keep_for_backward(self, operator_name, tensors):
+        """An operator saved `tensors` for its backward (Operator.save): with eager offloading
+        on, they become candidates for eviction to the host (memory/cache.py)."""
+        if self.cache is not None and self.recorder is None and not self.dry_run:
+            self.cache.consider(operator_name, [t.block for t in tensors])
+
+    def raise_copy_failure(self):
+        """Raise a failed copy of the copy stream now (the CPU's keeps it; a GPU's error is
+        raised by its next synchronisation)."""
+        raise_failure = getattr(self.copy_stream, "raise_failure", None)
+        if raise_failure is not None:
+            raise_failure()
+
     def new_block(self, nbytes, desc=""):
         """A lazily allocated block of `nbytes` in this device's pool."""
         return Block(self, nbytes, desc)
@@ -192,6 +240,8 @@ class Device:
         blocks deferred by recycling off; a step that returns counts as an iteration."""
         with self.lock:
             self._steps_running += 1
+            if self.cache is not None and self._steps_running == 1:
+                self.cache.new_iteration()
             try:
                 yield
             finally:
@@ -218,8 +268,11 @@ class Device:
                 block.release()
 
     def memory_stats(self):
-        """The pool's statistics (names as in torch.cuda.memory_stats)."""
-        return self.pool.stats()
+        """The pool's statistics (names as in torch.cuda.memory_stats), the host pool's as
+        ``host.*``, the last offloading step's transfers as ``offload.*`` (graph/engine.py),
+        and the eager tensor cache's counters of this iteration as ``cache.*``."""
+        cache = {} if self.cache is None else self.cache.stats()
+        return {**self.pool.stats(), **self.host.stats(), **self.offload_stats, **cache}
 
     def reset_peak_memory_stats(self):
         self.pool.reset_peak()
@@ -240,12 +293,31 @@ class Device:
             if self.recorder is not None:
                 self.recorder.record(fn, reads, writes, name, inplace, phase, rebuild)
                 return
+            if self.cache is not None:
+                self._exec_cached(fn, reads, writes, name)
+                return
             for t in reads:
                 t.block.check_written()
             for t in writes:
                 t.block.ensure_allocated()
             if self.runs_kernels:
                 self.run_kernel(name, fn, [t.raw for t in writes] + [t.raw for t in reads])
+
+    def _exec_cached(self, fn, reads, writes, name):
+        """exec with the tensor cache on: the operation's tensors are locked (never evicted
+        while it runs), evicted ones are fetched back, and every access counts for the LRU."""
+        blocks = [t.block for t in tuple(reads) + tuple(writes)]
+        self.cache.lock(blocks)
+        try:
+            for t in reads:
+                t.block.check_written()
+            for t in tuple(writes) + tuple(reads):
+                t.block.ensure_allocated()  # allocates, or fetches an evicted tensor
+                self.cache.touch(t.block)
+            if self.runs_kernels:
+                self.run_kernel(name, fn, [t.raw for t in writes] + [t.raw for t in reads])
+        finally:
+            self.cache.unlock(blocks)
 
     def run_kernel(self, name, fn, arrays):
         """Call the kernel function, timing it when profiling is on (eager and replay alike).

@@ -68,15 +68,21 @@ class CpuDevice(Device):
         return Event()
 
     def copy_to_host_async(self, tensor, out, stream):
-        stream.submit(self._link_copy, out, tensor.raw)
+        self.queue_copy(out, tensor.raw, stream, f"copy of {tensor.block} to the host")
 
     def copy_from_host_async(self, tensor, host, stream):
-        stream.submit(self._link_copy, tensor.raw, host)
+        self.queue_copy(tensor.raw, host, stream, f"copy into {tensor.block} from the host")
 
-    def _link_copy(self, dst, src):
+    def queue_copy(self, dst, src, stream, label):
+        stream.submit(self._link_copy, dst, src, label)
+
+    def _link_copy(self, dst, src, label):
         """dst = src, taking as long as the link needs (link_gbps), at least."""
         start = time.perf_counter()
-        np.copyto(dst, src)
+        try:
+            np.copyto(dst, src)
+        except Exception as e:
+            raise RuntimeError(f"{label} failed: {e}") from e
         if self.link_gbps is not None:
             remaining = dst.nbytes / (self.link_gbps * 1e9) - (time.perf_counter() - start)
             if remaining > 0:

@@ -21,6 +21,7 @@ import contextlib
 import functools
 import inspect
 import math
+import os
 import time
 import types
 import warnings
@@ -67,6 +68,21 @@ class CudaStorage:
         skip = -address % alignment  # cudaMalloc returns 256-aligned memory: skip is 0 there
         self.buffer = raw[skip : skip + capacity]
         self.address = address + skip
+        self.capacity = capacity
+
+    def view(self, offset, nbytes):
+        return self.buffer[offset : offset + nbytes]
+
+
+class PinnedStorage:
+    """`capacity` bytes of page-locked host memory (the host pool of offloaded tensors): the
+    GPU's copy engine reads and writes it directly, beside the kernels."""
+
+    def __init__(self, capacity, alignment):
+        raw = cuda.pinned_array(capacity + alignment, dtype=np.uint8)
+        skip = -raw.ctypes.data % alignment
+        self.buffer = raw[skip : skip + capacity]
+        self.address = raw.ctypes.data + skip
         self.capacity = capacity
 
     def view(self, offset, nbytes):
@@ -156,9 +172,12 @@ class CudaDevice(Device):
         """The step's CUDA graph launch, captured at its second replay (the first compiles the
         kernels and lets Conv2d's "auto" time its algorithms, neither of which may
         happen while capturing) and again when its arrays or ``host_values()`` change. None:
-        replay call by call (graphs off, profiling on, the first replay, or a capture that
-        failed: the step then stays uncaptured)."""
+        replay call by call (graphs off, profiling on, the first replay, a step that offloads:
+        its transfers run on a second stream, measured with events; or a capture that failed:
+        the step then stays uncaptured)."""
         if not self.use_cuda_graphs or self.verbosity or self.memory_samples is not None:
+            return None
+        if step.engine is not None:
             return None
         if step.replays < 2:
             return None
@@ -211,6 +230,21 @@ class CudaDevice(Device):
 
     def create_event(self):
         return cuda.event()
+
+    def _make_host_storage(self, capacity, alignment):
+        return PinnedStorage(capacity, alignment)
+
+    def _host_pool_bytes(self):
+        """Four device pools, at most half the machine's memory: pinned pages cannot be
+        swapped, and the rest of the machine needs some too."""
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return min(4 * self.pool.capacity, physical // 2)
+
+    def queue_copy(self, dst, src, stream, label):
+        if cuda.is_cuda_array(dst):
+            dst.copy_to_device(src, stream=stream)
+        else:
+            src.copy_to_host(dst, stream=stream)
 
     def copy_to_host_async(self, tensor, out, stream):
         tensor.raw.copy_to_host(out, stream=stream)

@@ -16,13 +16,27 @@ On a GPU they are CUDA's own (``numba.cuda.stream()``, ``numba.cuda.event()``). 
 Method names and semantics are CUDA's: ``stream.synchronize()``; ``event.record(stream)``;
 ``event.wait(stream)`` (the *stream* waits, for the record made before this call, as
 cudaStreamWaitEvent); ``event.synchronize()`` (the host waits for the latest record);
-``event.query()``. An event never recorded counts as reached.
+``event.query()``; ``start.elapsed_time(end)`` (milliseconds between the moments two events
+were reached). An event never recorded counts as reached.
+
+No wait is unbounded: one that lasts ``WAIT_TIMEOUT_S`` raises a TimeoutError naming what it
+waited for (a worker that hangs must not hang training silently).
 """
 
 import queue
 import threading
+import time
 
-__all__ = ["InlineStream", "WorkerStream", "Event"]
+__all__ = ["InlineStream", "WorkerStream", "Event", "WAIT_TIMEOUT_S"]
+
+WAIT_TIMEOUT_S = 600.0  # seconds; far above any copy, short of a silent hang
+
+
+def _timed_out(what):
+    return TimeoutError(
+        f"waited {WAIT_TIMEOUT_S:.0f} s for {what}: the work it waits for never finished "
+        "(a hung copy?); nnmem.devices.streams.WAIT_TIMEOUT_S sets the limit"
+    )
 
 
 class InlineStream:
@@ -55,7 +69,17 @@ class WorkerStream:
     def synchronize(self):
         """Wait until every queued piece of work has run; raise the first failure among them."""
         if self._thread is not None:
-            self._queue.join()
+            with self._queue.all_tasks_done:  # Queue.join, with a bound
+                if not self._queue.all_tasks_done.wait_for(
+                    lambda: not self._queue.unfinished_tasks, WAIT_TIMEOUT_S
+                ):
+                    raise _timed_out(f"the work queued on {self._name}")
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def raise_failure(self):
+        """Raise the first failure among the work run so far, without waiting for the rest."""
         error, self._error = self._error, None
         if error is not None:
             raise error
@@ -87,10 +111,12 @@ class Event:
     when they were called, so recording the event again (on the same stream or another) never
     makes an earlier waiter wait longer, or a later one return early."""
 
-    def __init__(self):
+    def __init__(self, label="an event"):
         self._changed = threading.Condition()
         self._recorded = 0  # records made (numbered from 1)
         self._pending = set()  # records whose point of their stream is not reached yet
+        self._reached_at = None  # time.perf_counter() when the latest reached record was reached
+        self.label = label  # what it marks, for the timeout's message
 
     def record(self, stream=None):
         """Mark this point of `stream` (the inline stream, i.e. the host, by default)."""
@@ -117,17 +143,26 @@ class Event:
         with self._changed:
             return self._done(self._recorded)
 
+    def elapsed_time(self, end):
+        """Milliseconds from this event's latest record being reached to `end`'s (numba.cuda's
+        name and unit); both must have been reached."""
+        if self._reached_at is None or end._reached_at is None:
+            raise RuntimeError("elapsed_time: an event was never reached; synchronize first")
+        return (end._reached_at - self._reached_at) * 1e3
+
     def _done(self, number):
         return number not in self._pending
 
     def _reach(self, number):
         with self._changed:
             self._pending.discard(number)
+            self._reached_at = time.perf_counter()
             self._changed.notify_all()
 
     def _wait_for(self, number):
         with self._changed:
-            self._changed.wait_for(lambda: self._done(number))
+            if not self._changed.wait_for(lambda: self._done(number), WAIT_TIMEOUT_S):
+                raise _timed_out(self.label)
 
 
 _INLINE = InlineStream()

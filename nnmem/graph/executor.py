@@ -1,33 +1,62 @@
 """A compiled step: a recorded training step, ordered, laid out in an arena, and replayed.
 
 Compiling (once, right after the recording, before anything has run):
-1. classify every block (input / parameter / intermediate / end, see liveness.py), and, when
-   recomputation is on, drop cheap forward results and insert their rebuilding (recompute.py);
+1. classify every block (input / parameter / intermediate / end, see liveness.py), and run
+   the rewriting passes (``passes``), which add nodes and point readers at new blocks:
+   recomputation drops cheap forward results and rebuilds them in backward (recompute.py),
+   then offloading copies activations out to host memory after forward made them and
+   prefetches them for backward (offload.py; the shared machinery is rewrite.py);
 2. choose the replay order (serial or BFS, see schedule.py), the commit phase (optimizer
    updates) last;
 3. give the intermediate blocks storages with live ranges in that order, merging in-place
    pairs, and lay them out: an offset for each storage (memory/layout.py);
 4. place the layout in the device's graph arena (ONE pool block, shared by all the compiled
    steps of the device, see memory/arena.py) and point every intermediate block at its
-   offset inside it;
-5. build every node's argument arrays once.
+   offset inside it; offloaded tensors' host copies are laid out the same way in the host
+   pool's arena;
+5. build every node's argument arrays once; a step that offloads hands its calls to the
+   transfer engine (engine.py), which puts the copies on the copy stream and adds the waits.
 Replaying then calls the kernel functions with their ready arrays, in order: no Python
 operator code, no allocator call, no array construction. A Ctrl-C during the commit phase
 waits for its end, so a replay is either wholly applied or leaves the parameters untouched.
 """
 
-from nnmem.graph.liveness import END, INTERMEDIATE, block_kinds, storages
+import contextlib
+
+from nnmem.graph.engine import TransferEngine
+from nnmem.graph.liveness import END, HOST, INTERMEDIATE, block_kinds, storages
+from nnmem.graph.offload import add_offload
 from nnmem.graph.recompute import add_recomputation
 from nnmem.graph.schedule import dependencies, replay_order
 from nnmem.memory.layout import layout
 from nnmem.memory.timeline import Timeline
-from nnmem.memory.units import aligned_size
+from nnmem.memory.units import aligned_size, format_bytes
 from nnmem.tensor import Tensor
+
+
+class PlanTooLarge(MemoryError):
+    """offload="dyn": no policy fits the budget (`needed` bytes with offload="all")."""
+
+    def __init__(self, needed, budget):
+        self.needed, self.budget = needed, budget
+        super().__init__(
+            f"offload='dyn': even offloading every activation, this step needs "
+            f"{format_bytes(needed)} of pool, over the budget of {format_bytes(budget)}"
+        )
 
 
 class CompiledStep:
     def __init__(
-        self, device, recorder, inputs, result, sequential, label, recompute_strategy="none"
+        self,
+        device,
+        recorder,
+        inputs,
+        result,
+        sequential,
+        label,
+        recompute_strategy="none",
+        offload="none",
+        synchronous_offload=False,
     ):
         self.device, self.label = device, label
         self.recorded = recorder.nodes
@@ -44,48 +73,110 @@ class CompiledStep:
         ]
         self.storages, self.layout = [], None
         self.recompute_strategy = recompute_strategy
+        self.offload = offload
+        self.synchronous_offload = synchronous_offload
+        self.engine = None
         self.replays = 0  # since the last placement: the first one runs call by call
+        self._placing = False
+        if offload == "dyn":
+            budget = device.pool.budget
+            self.offload = self.choose_offload(sequential, recompute_strategy, budget)
+            if self.offload is None:
+                needed = self.pool_bytes_needed(self.plan(sequential, recompute_strategy, "all"))
+                raise PlanTooLarge(needed, budget)
         self.compile(sequential)
 
     # -- compiling ------------------------------------------------------------------------
-    def compile(self, sequential, recompute_strategy=None):
-        """(Re)compile the step for serial (sequential=True) or BFS order, and a recomputation
-        strategy ("none", "speed", "memory", "cost-aware"; None keeps the current one).
-        All or nothing: if the new layout does not fit the pool, the step keeps its old one."""
-        arena = self.device.graph_arena
+    def passes(self, strategy, offload, round_up):
+        """The rewriting passes, in order: (name, function from nodes to (nodes, count))."""
+        return (
+            (
+                "recompute",
+                lambda nodes: add_recomputation(nodes, self.recorded_kinds, strategy, round_up),
+            ),
+            (
+                "offload",
+                lambda nodes: add_offload(nodes, block_kinds(nodes)[0], offload, self.device.host),
+            ),
+        )
+
+    def plan(self, sequential, strategy, offload):
+        """The passes, the order, the storages and the layouts of a compilation, as a dict of
+        the attributes compile() sets; nothing is placed or allocated."""
         pool = self.device.pool
 
         def round_up(n):
             return aligned_size(n, pool.alignment)
 
-        strategy = self.recompute_strategy if recompute_strategy is None else recompute_strategy
-        nodes, recomputations = add_recomputation(
-            self.recorded, self.recorded_kinds, strategy, round_up
-        )
+        nodes, counts = self.recorded, {}
+        for name, run in self.passes(strategy, offload, round_up):
+            nodes, counts[name] = run(nodes)
         kinds, _ = block_kinds(nodes)
         order, commit_start = replay_order(nodes, sequential)
         new_storages = storages(nodes, order, kinds, round_up=round_up, recycle=self.device.recycle)
-        new_layout = layout(
-            sizes=[s.nbytes for s in new_storages], ranges=[(s.first, s.last) for s in new_storages]
-        )
+        host_kinds = {k: INTERMEDIATE if v == HOST else v + " (device)" for k, v in kinds.items()}
+        host_storages = storages(nodes, order, host_kinds, round_up=round_up, inplace=False)
+        return {
+            "sequential": sequential,
+            "recompute_strategy": strategy,
+            "offload": offload,
+            "recomputations": counts["recompute"],
+            "offloaded": counts["offload"],
+            "nodes": nodes,
+            "kinds": kinds,
+            "order": order,
+            "commit_start": commit_start,
+            "storages": new_storages,
+            "layout": _layout_of(new_storages),
+            "host_storages": host_storages,
+            "host_layout": _layout_of(host_storages),
+        }
+
+    def pool_bytes_needed(self, planned):
+        """The pool's allocated bytes once a `plan()` is placed: what is allocated now, with
+        the graph arena grown to hold it (the arena is shared: it only ever grows)."""
+        arena = self.device.graph_arena
+        others = 0 if self in arena else arena.size  # my own old layout does not count
+        allocated = self.device.pool.stats()["allocated_bytes.current"]
+        return allocated - arena.size + max(others, planned["layout"].arena_bytes)
+
+    def choose_offload(self, sequential, strategy, budget):
+        """vDNN's dynamic policy: the first of "none", "conv", "all" (fastest first: the fewer
+        copies, the fewer stalls) whose plan fits `budget` bytes of pool; None if none fits."""
+        for policy in ("none", "conv", "all"):
+            if self.pool_bytes_needed(self.plan(sequential, strategy, policy)) <= budget:
+                return policy
+        return None
+
+    def compile(self, sequential, recompute_strategy=None, offload=None):
+        """(Re)compile the step for serial (sequential=True) or BFS order, a recomputation
+        strategy ("none", "speed", "memory", "cost-aware") and an offload policy ("none",
+        "conv", "all"; see offload.py); None keeps the current one.
+        All or nothing: if the new layout does not fit the pool, the step keeps its old one."""
+        strategy = self.recompute_strategy if recompute_strategy is None else recompute_strategy
+        planned = self.plan(sequential, strategy, self.offload if offload is None else offload)
         previous = {k: getattr(self, k, None) for k in self._COMPILED_STATE}
+        arena, host_arena = self.device.graph_arena, self.device.host.graph_arena
         arena.leave(self)
-        stats = pool.stats()
+        host_arena.leave(self)
+        stats = self.device.pool.stats()
         in_arena = 1 if arena.offset is not None else 0
-        self.sequential, self.recompute_strategy = sequential, strategy
-        self.recomputations = recomputations
-        self.nodes, self.kinds, self.order = nodes, kinds, order
-        self.commit_start = commit_start
-        self.storages, self.layout = new_storages, new_layout
+        for key, value in planned.items():
+            setattr(self, key, value)
         self.persistent_bytes = stats["allocated_bytes.current"] - arena.size
+        self.engine = None
+        if self.offloaded and self.device.runs_kernels:
+            self.engine = TransferEngine(self.device, self.synchronous_offload)
         try:
-            arena.join(self, self.layout.arena_bytes)
+            self._join_arenas()
         except BaseException:  # out of memory, or anything else: the old layout, as it was
+            arena.leave(self)
+            host_arena.leave(self)
             if previous["layout"] is None:  # the first layout: nothing to go back to
                 raise
             for key, value in previous.items():
                 setattr(self, key, value)
-            arena.join(self, self.layout.arena_bytes)
+            self._join_arenas()
             raise
         self.timeline = self._planned_timeline(
             self.persistent_bytes, stats["active_blocks"] - in_arena
@@ -95,33 +186,62 @@ class CompiledStep:
     _COMPILED_STATE = (
         "sequential",
         "recompute_strategy",
+        "offload",
         "recomputations",
+        "offloaded",
         "nodes",
         "kinds",
         "order",
         "commit_start",
         "storages",
         "layout",
+        "host_storages",
+        "host_layout",
         "persistent_bytes",
+        "engine",
     )
+
+    def _join_arenas(self):
+        """Place the step in the host pool's arena and the device's, then build its calls."""
+        self._placing = True
+        try:
+            self.device.host.graph_arena.join(self, self.host_layout.arena_bytes)
+            self.device.graph_arena.join(self, self.layout.arena_bytes)
+        finally:
+            self._placing = False
+        self._build_calls()
 
     def place(self, base):
         """Point the intermediate blocks at their offsets in the layout, from `base` (the arena's
         offset in the pool), and build every call's arrays there."""
-        for storage, offset in zip(self.storages, self.layout.offsets):
-            for block in storage.blocks:
-                block.offset, block.arena = base + offset, base
+        _point(self.storages, self.layout, base)
+        if not self._placing:
+            self._build_calls()
+
+    def place_host(self, base):
+        """Point the host blocks (offloaded tensors' copies) at their offsets in the host
+        pool's arena, from `base`, and build the calls again."""
+        _point(self.host_storages, self.host_layout, base)
+        if not self._placing:
+            self._build_calls()
+
+    def _build_calls(self):
         self.replays = 0
+        self.split = self.commit_start
         if not self.device.runs_kernels:  # a planning device has no bytes to run on
             self.calls = []
             return
-        self.calls = [
-            (
-                self.nodes[i].name,
-                self.nodes[i].fn,
-                [spec.array() for spec in self.nodes[i].writes + self.nodes[i].reads],
+
+        def arrays_of(node):
+            return [spec.array() for spec in node.writes + node.reads]
+
+        if self.engine is not None:
+            self.calls, self.split = self.engine.calls(
+                self.nodes, self.order, self.commit_start, arrays_of
             )
-            for i in self.order
+            return
+        self.calls = [
+            (self.nodes[i].name, self.nodes[i].fn, arrays_of(self.nodes[i])) for i in self.order
         ]
 
     # -- replaying -------------------------------------------------------------------------
@@ -130,7 +250,9 @@ class CompiledStep:
 
         `host_values`: a function giving the Python scalars the step's kernels are launched
         with (learning rate, seed...); a device that captures the step as one launch (CUDA
-        graphs) captures it again when they change. Only such a device calls it."""
+        graphs) captures it again when they change. Only such a device calls it.
+        With offloading, every copy has finished (and a failed one has raised) before the
+        commit phase begins; the step's transfer figures are then in memory_stats()."""
         for given, recorded in zip(inputs, self.inputs):
             if given is not recorded and hasattr(given, "block"):
                 given.block.check_written()
@@ -142,9 +264,20 @@ class CompiledStep:
             with self.device.commit_phase():
                 launch()
             return self.result
-        self._run(self.calls[: self.commit_start])
+        if self.engine is None:
+            self._run(self.calls[: self.split])
+        else:
+            try:
+                self._run(self.calls[: self.split])
+                self.engine.finish()
+            except BaseException:
+                # copies still in flight would write bytes a retry uses: let them end first
+                with contextlib.suppress(Exception):
+                    self.device.copy_stream.synchronize()
+                raise
+            self.device.offload_stats = self.engine.measure()
         with self.device.commit_phase():
-            self._run(self.calls[self.commit_start :])
+            self._run(self.calls[self.split :])
         return self.result
 
     def _run(self, calls):
@@ -179,6 +312,9 @@ class CompiledStep:
             "order": "serial" if self.sequential else "bfs",
             "recompute_strategy": self.recompute_strategy,
             "recomputations": self.recomputations,
+            "offload": self.offload,
+            "offloaded_tensors": self.offloaded,
+            "host_arena_bytes": self.host_layout.arena_bytes,
             "intermediate_blocks": intermediates,
             "storages": len(self.storages),
             "inplace_merges": intermediates - len(self.storages),
@@ -247,3 +383,16 @@ class CompiledStep:
         return Timeline(
             f"graph ({'serial' if self.sequential else 'BFS'})", names, bytes_in_use, live
         )
+
+
+def _layout_of(step_storages):
+    return layout(
+        sizes=[s.nbytes for s in step_storages], ranges=[(s.first, s.last) for s in step_storages]
+    )
+
+
+def _point(step_storages, step_layout, base):
+    """Give every block of the storages its offset: `base` + its storage's place."""
+    for storage, offset in zip(step_storages, step_layout.offsets):
+        for block in storage.blocks:
+            block.offset, block.arena = base + offset, base

@@ -8,7 +8,9 @@ still refers to it once the step has been recorded):
 - intermediate: first written, and nothing outside the graph refers to it: activations,
                 gradients, workspaces. Only these are recycled and planned;
 - end:          first written, and still referred to from Python (returned results, anything
-                the user kept): kept, never recycled.
+                the user kept): kept, never recycled;
+- host:         a block in the device's host memory (an offloaded tensor's copy, offload.py):
+                planned like an intermediate, but in the host pool.
 
 A block is live from the position of its first access to the position of its last access in
 the replay order: its memory can be recycled right after its last reader (automatic
@@ -21,6 +23,7 @@ then: reusing an input that a later node still reads is the in-place "trap".
 """
 
 INPUT, PARAMETER, INTERMEDIATE, END = "input", "parameter", "intermediate", "end"
+HOST = "host"
 
 
 def block_kinds(nodes):
@@ -36,7 +39,9 @@ def block_kinds(nodes):
             blocks[id(block)] = block
     kinds = {}
     for key, block in blocks.items():
-        if first_read[key]:
+        if getattr(block.device, "is_host", False):
+            kinds[key] = HOST
+        elif first_read[key]:
             kinds[key] = PARAMETER if key in written else INPUT
         else:
             kinds[key] = END if block.ref_count > 0 else INTERMEDIATE

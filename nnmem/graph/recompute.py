@@ -27,7 +27,8 @@ copies compute exactly what the originals did, so recomputation changes no numbe
 """
 
 from nnmem.graph.liveness import INTERMEDIATE, storages
-from nnmem.graph.recorder import ArraySpec, Node
+from nnmem.graph.recorder import Node
+from nnmem.graph.rewrite import renumbered, shadow, through
 from nnmem.search import largest_fitting
 
 STRATEGIES = ("none", "speed", "memory", "cost-aware")
@@ -70,7 +71,7 @@ def _rewrite(nodes, producer, rebuildable, keep):
     previous = None  # index of the last original node: recomputations run after it
     for node in nodes:
         if node.phase == "forward":
-            out.append(_renumbered(node, len(out)))
+            out.append(renumbered(node, len(out)))
             previous = len(out) - 1
             continue
         local = dict(kept)
@@ -83,7 +84,7 @@ def _rewrite(nodes, producer, rebuildable, keep):
                 for written in _recipe(member)[1]:
                     if id(written.block) in keep:
                         kept[id(written.block)] = local[id(written.block)]
-        out.append(_renumbered(node, len(out), reads=_through(node.reads, local, rebuildable)))
+        out.append(renumbered(node, len(out), reads=through(node.reads, local, rebuildable)))
         previous = len(out) - 1
     return out, count
 
@@ -219,11 +220,11 @@ def _clone(node, index, shadows, rebuildable, after):
     """A copy of `node`'s recipe writing new blocks (recorded in `shadows`) and reading the
     rebuilt versions of its rebuildable inputs; it runs after node `after`."""
     fn, writes, reads = _recipe(node)
-    reads = _through(reads, shadows, rebuildable)
+    reads = through(reads, shadows, rebuildable)
     for spec in writes:
         block = spec.block
-        shadows[id(block)] = type(block)(block.device, block.nbytes, f"{block.desc} (recomputed)")
-    new_writes = _through(writes, shadows, lambda block: True)
+        shadows[id(block)] = shadow(block, "recomputed")
+    new_writes = through(writes, shadows)
     # In place only over a rebuilt input: a kept tensor is still needed later.
     inplace = tuple(
         (shadows[id(o)], shadows[id(i)])
@@ -240,28 +241,4 @@ def _clone(node, index, shadows, rebuildable, after):
         "recompute",
         None,
         () if after is None else (after,),
-    )
-
-
-def _through(specs, shadows, rebuildable):
-    """The specs with rebuilt blocks put in, each reader keeping its own view (shape)."""
-    return tuple(
-        ArraySpec(shadows[id(s.block)], s.shape, s.dtype)
-        if rebuildable(s.block) and id(s.block) in shadows
-        else s
-        for s in specs
-    )
-
-
-def _renumbered(node, index, reads=None):
-    return Node(
-        index,
-        node.name,
-        node.fn,
-        node.writes,
-        node.reads if reads is None else reads,
-        node.inplace,
-        node.phase,
-        node.rebuild,
-        node.after,
     )

@@ -34,16 +34,40 @@ class Node:
     rebuild: None, SAME, or a Node-like (fn, writes, reads) recipe that rebuilds this node's
     outputs exactly (see Operator.run). after: indices of nodes this one must follow although
     it shares no block with them (keeps a recomputation from being hoisted out of backward).
+    stream: "compute" for a kernel call, "copy" for a transfer between device and host memory
+    (offload.py): the copy stream runs it beside the compute stream.
     """
 
-    __slots__ = ("index", "name", "fn", "writes", "reads", "inplace", "phase", "rebuild", "after")
+    __slots__ = (
+        "index",
+        "name",
+        "fn",
+        "writes",
+        "reads",
+        "inplace",
+        "phase",
+        "rebuild",
+        "after",
+        "stream",
+    )
 
     def __init__(
-        self, index, name, fn, writes, reads, inplace, phase="forward", rebuild=None, after=()
+        self,
+        index,
+        name,
+        fn,
+        writes,
+        reads,
+        inplace,
+        phase="forward",
+        rebuild=None,
+        after=(),
+        stream="compute",
     ):
         self.index, self.name, self.fn = index, name, fn
         self.writes, self.reads, self.inplace = writes, reads, inplace
         self.phase, self.rebuild, self.after = phase, rebuild, tuple(after)
+        self.stream = stream
 
     def blocks(self):
         """Every block this node touches, each once, reads first."""

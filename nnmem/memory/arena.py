@@ -12,8 +12,11 @@ from nnmem.interrupts import deferred_interrupts
 
 
 class SharedArena:
-    def __init__(self, pool):
+    """`place`: the name of the method a user is placed with, ``user.<place>(offset)``."""
+
+    def __init__(self, pool, place="place"):
         self.pool = pool
+        self._place = place
         self.offset = None
         self.size = 0
         self._users = weakref.WeakSet()  # compiled steps laid out in the arena
@@ -24,13 +27,16 @@ class SharedArena:
         if nbytes <= self.size:
             self._users.add(step)
             weakref.finalize(step, self._release_if_unused)
-            step.place(self.offset)
+            getattr(step, self._place)(self.offset)
             return
         self._resize(nbytes)  # raises OutOfMemory with every current user placed as before
         self._users.add(step)
         weakref.finalize(step, self._release_if_unused)
         for user in list(self._users):
-            user.place(self.offset)
+            getattr(user, self._place)(self.offset)
+
+    def __contains__(self, step):
+        return step in self._users
 
     def leave(self, step):
         self._users.discard(step)
@@ -52,7 +58,7 @@ class SharedArena:
                 if self.offset is not None:
                     self.offset = self.pool.alloc(self.size, owner=self.OWNER)
                     for user in list(self._users):
-                        user.place(self.offset)
+                        getattr(user, self._place)(self.offset)
                 raise
             self.size = nbytes
 

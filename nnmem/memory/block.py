@@ -12,6 +12,9 @@ Memory contract
   is never freed on its own: the arena goes back to the pool as a whole.
 - Reading a block that was never written is a bug in the caller (the bytes would be garbage):
   it raises instead of returning garbage.
+- In eager mode with offloading, the device's tensor cache may move a block's bytes to host
+  memory (``host`` is then that copy, and ``offset`` None) when memory runs short; any access
+  (``ensure_allocated``, ``array``) brings them back first (memory/cache.py).
 """
 
 import math
@@ -28,8 +31,9 @@ class RecordingReadError(RuntimeError):
 
 
 class Block:
-    __slots__ = ("device", "nbytes", "offset", "ref_count", "desc", "arena", "__weakref__")
+    __slots__ = ("device", "nbytes", "offset", "ref_count", "desc", "arena", "host", "__weakref__")
     # arena: None, or the offset of the graph arena block this block's bytes lie inside
+    # host: None, or the host Block holding this block's bytes while it is evicted
 
     def __init__(self, device, nbytes, desc=""):
         self.device = device
@@ -38,17 +42,25 @@ class Block:
         self.ref_count = 0
         self.desc = desc  # who made it, for the out-of-memory report and the timeline
         self.arena = None
+        self.host = None
 
     @property
     def allocated(self):
-        return self.offset is not None
+        """Has the block bytes (on the device, or evicted to the host)?"""
+        return self.offset is not None or self.host is not None
 
     def ensure_allocated(self):
-        """Give the block its bytes if it has none yet (the lazy allocation point)."""
+        """Give the block its bytes if it has none yet (the lazy allocation point), or bring
+        them back from the host if the tensor cache evicted them."""
         if self.offset is None:
-            self.offset = self.device.pool.alloc(self.nbytes, owner=self)
+            if self.host is not None:
+                self.device.cache.fetch(self)
+            else:
+                self.offset = self.device.alloc_block(self)
 
     def check_written(self):
+        if self.host is not None:  # evicted: written, and on its way back when read
+            return
         if self.offset is None and self.device.recorder is not None:
             raise RecordingReadError(
                 f"{self} is computed by the training step that graph mode is recording right "
@@ -66,6 +78,7 @@ class Block:
         CPU, a device array on a GPU (the device's storage makes it)."""
         if self.offset is None:
             self.check_written()  # the clear error (unwritten, or being recorded)
+            self.ensure_allocated()  # written: evicted, so fetch it back
         dtype = np.dtype(dtype)
         raw = self.device.view(self.offset, math.prod(shape) * dtype.itemsize, within=self.arena)
         return raw.view(dtype).reshape(shape)
@@ -80,6 +93,9 @@ class Block:
 
     def release(self):
         """Return the bytes to the pool; the block may be written (and allocated) again later."""
+        cache = getattr(self.device, "cache", None)
+        if cache is not None:
+            cache.forget(self)
         if self.offset is not None and self.arena is None:
             self.device.pool.free(self.offset)
             self.offset = None

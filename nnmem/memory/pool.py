@@ -106,6 +106,9 @@ class Pool:
         self._high_water = 0  # end of the highest block allocated since the last reset
         self._num_allocs = 0
         self._num_frees = 0
+        # At most this many bytes allocated at once (None: the capacity). A budget set by
+        # Model.compile(budget=...): the pool behaves as if it were this large.
+        self.budget: int | None = None
 
     # -- free-segment index ---------------------------------------------------
     # Each operation is a bisect plus a list insert/delete (a memmove of pointers):
@@ -151,6 +154,22 @@ class Pool:
         if nbytes < 0:
             raise ValueError(f"Pool.alloc: cannot allocate a negative number of bytes ({nbytes}).")
         size = aligned_size(nbytes, self.alignment)
+        if self.budget is not None and self._allocated + size > self.budget:
+            error = OutOfMemory(
+                request=size,
+                nbytes=nbytes,
+                free_bytes=self._budget_left(),
+                largest_free_block=min(self._largest_free(), self._budget_left()),
+                capacity=self.budget,
+                live=self.live_blocks()[: OutOfMemory.MAX_LISTED],
+                requester=owner,
+            )
+            error.add_note(
+                f"the pool holds {self.capacity} bytes, but a budget of {self.budget} bytes is "
+                "set (compile(..., budget=...)): raise the budget, or offload more "
+                "(compile(..., offload='all'))"
+            )
+            raise error
         offset = self._find_free(size)
         if offset is None:
             raise OutOfMemory(
@@ -261,6 +280,11 @@ class Pool:
     def _largest_free(self) -> int:
         return self._free_by_size[-1][0] if self._free_by_size else 0
 
+    def _budget_left(self) -> int:
+        """Bytes that may still be allocated: free bytes, or what the budget leaves."""
+        free = self.capacity - self._allocated
+        return free if self.budget is None else max(min(free, self.budget - self._allocated), 0)
+
     @_locked
     def stats(self) -> dict:
         """Counters named like ``torch.cuda.memory_stats()``.
@@ -271,6 +295,9 @@ class Pool:
                            on demand, like SINGA's CnMem, would have reserved)
         requested_bytes.current  what callers asked for; the gap is alignment padding
         reserved_bytes     the buffer's capacity (the pool holds it all, used or not)
+        budget_bytes       the budget (None: none); free_bytes and largest_free_block then count
+                           only what the budget leaves, so callers that size their requests
+                           to free memory (Conv2d's "auto" workspace) stay within it
         largest_free_block / free_segments  how fragmented the free space is
         """
         return {
@@ -279,8 +306,9 @@ class Pool:
             "high_water_bytes": self._high_water,
             "requested_bytes.current": self._requested,
             "reserved_bytes": self.capacity,
-            "free_bytes": self.capacity - self._allocated,
-            "largest_free_block": self._largest_free(),
+            "budget_bytes": self.budget,
+            "free_bytes": self._budget_left(),
+            "largest_free_block": min(self._largest_free(), self._budget_left()),
             "num_allocs": self._num_allocs,
             "num_frees": self._num_frees,
             "active_blocks": len(self._live),
@@ -310,7 +338,9 @@ class Pool:
         ``owner`` is None when it was None, or when its weak reference has died.
         """
         out = []
-        for off, (size, _nbytes, ref, weak) in self._live.items():
+        # a copy: a weak reference resolved here may let the garbage collector run, and a
+        # collected owner frees its block (this thread holds the lock: it may)
+        for off, (size, _nbytes, ref, weak) in self._live.copy().items():
             out.append((off, size, ref() if weak else ref))
         out.sort(key=lambda b: (-b[1], b[0]))
         return out

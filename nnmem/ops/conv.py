@@ -68,7 +68,10 @@ class Conv2d(Operator):
         if self.needs_grad[1]:
             dW = self.output((o, c, kh, kw), dy.dtype)
             grads_bytes += dW.memsize()
-        ws = self._workspace(dy.shape[0], dy.dtype, extra_bytes=grads_bytes)
+        # an input evicted to the host by the tensor cache needs its bytes back before the
+        # pass runs: the workspace must leave room for it too
+        away = sum(t.memsize() for t in (dy, x, W) if t is not None and t.block.offset is None)
+        ws = self._workspace(dy.shape[0], dy.dtype, extra_bytes=grads_bytes + away)
         if dx is not None:
             self._conv_pass(
                 "backward data",
@@ -140,6 +143,8 @@ class Conv2d(Operator):
         if self.algorithm == "auto":
             free = self.device.pool.stats()["largest_free_block"] - extra_bytes
             budget = min(free, WORKSPACE_LIMIT_BYTES)
+            if self.device.workspace_limit is not None:  # offload="dyn" lowering workspaces
+                budget = min(budget, self.device.workspace_limit)
             samples = min(n, max(budget, 0) // (per_sample * itemsize))
             if samples == 0:
                 return None

@@ -1,0 +1,189 @@
+"""The transfer engine: runs a compiled step's copy-outs and prefetches on the copy stream,
+beside the kernels on the compute stream, and makes each side wait for the other only where
+the data demands it.
+
+Two modes (vDNN, and vDNNExt's improvement of it):
+- synchronous (vDNN): at the end of every layer the host waits for both streams, so a layer's
+  copies overlap only that layer's compute, and a slow copy stalls every layer after it;
+- asynchronous (vDNNExt, the default): nothing waits at layer ends. The compute stream waits
+  only (1) before a kernel reads a prefetched tensor, for that prefetch, and (2) before the
+  first kernel that writes bytes of an offloaded tensor whose copy-out may still be reading
+  them (the static plan reuses those bytes once the tensor is dead on the device: this is
+  where the block is "released", when its copy-out event has fired). A copy waits for the
+  compute stream to have queued what it reads (or, for a prefetch, to be done with the bytes
+  it overwrites) through an event, never through the host.
+
+At the end of the compute phase the host waits for the copy stream and raises the first failed
+copy there, before the commit phase: a failed transfer changes no parameter.
+
+Measured each step with events (set when their stream reaches them): transfer time (the sum
+of the copies' durations), stall time (the compute stream waiting for copies) and overlap =
+1 - stall / transfer: the share of transfer time hidden behind compute.
+"""
+
+from nnmem.graph.offload import layer_of
+
+
+class TransferError(RuntimeError):
+    """A copy between device and host memory failed; the step was undone."""
+
+
+class TransferEngine:
+    def __init__(self, device, synchronous=False):
+        self.device = device
+        self.synchronous = synchronous
+        self.transfers = []  # (node, ready, start, end): the events of each transfer
+        self.waits = []  # (label, before, after): events around the waits made this step
+        self.last = {}  # figures of the last step (see stats)
+
+    # -- building the call list -----------------------------------------------------------
+    def calls(self, nodes, order, commit_start, arrays_of):
+        """(calls, split): the step's calls, (name, fn, arrays) in replay order, with the
+        transfers routed to the copy stream and the waits inserted, and the index in them where
+        the commit phase starts. `arrays_of(node)` builds a node's arrays."""
+        dev = self.device
+        waits_before = {}  # position -> [(label, event)]
+        self.transfers, self.waits = [], []
+        events = {}
+        commit_start = min(commit_start, len(order))
+        for position, i in enumerate(order):
+            node = nodes[i]
+            if node.stream != "copy":
+                continue
+            done = dev.create_event()
+            events[i] = done
+            if node.fn.direction == "in":  # readers of the prefetched block wait for it
+                shadow = node.writes[0].block
+                reader = self._first(nodes, order, position, lambda n: _reads(n, shadow))
+                label = f"prefetch of {node.fn.desc}"
+            else:  # the first kernel that overwrites its bytes waits for the copy-out
+                source = node.reads[0].block
+                reader = self._first(
+                    nodes, order, position, lambda n: n.stream == "compute" and _overlaps(n, source)
+                )
+                label = f"copy-out of {node.fn.desc}"
+            if reader is not None:
+                waits_before.setdefault(reader, []).append((label, done))
+        out, split = [], len(order)
+        for position, i in enumerate(order):
+            node = nodes[i]
+            if position == commit_start:
+                split = len(out)
+            for label, event in waits_before.get(position, ()):
+                out.append((f"wait:{label}", self._wait_call(label, event), []))
+            if node.stream == "copy":
+                out.append((node.name, self._transfer_call(node, events[i]), arrays_of(node)))
+            else:
+                out.append((node.name, node.fn, arrays_of(node)))
+            if (
+                self.synchronous
+                and position < commit_start
+                and self._layer_ends(nodes, order, position)
+            ):
+                out.append((f"sync:{layer_of(node)}", self._sync_call(layer_of(node)), []))
+        return out, split
+
+    @staticmethod
+    def _first(nodes, order, position, test):
+        """The first position after `position` whose node passes `test`, or None."""
+        for later in range(position + 1, len(order)):
+            if test(nodes[order[later]]):
+                return later
+        return None
+
+    @staticmethod
+    def _layer_ends(nodes, order, position):
+        if position + 1 == len(order):
+            return True
+        return layer_of(nodes[order[position + 1]]) != layer_of(nodes[order[position]])
+
+    # -- what runs ------------------------------------------------------------------------
+    def _transfer_call(self, node, done):
+        dev = self.device
+        ready, start = dev.create_event(), dev.create_event()
+        self.transfers.append((node, start, done))
+        label = f"{'copy-out' if node.fn.direction == 'out' else 'prefetch'} of {node.fn.desc}"
+
+        def transfer(dst, src):
+            # the copy runs after what the compute stream queued before it (the producer, or
+            # the last reader of the bytes a prefetch overwrites)
+            ready.record(dev.compute_stream)
+            ready.wait(dev.copy_stream)
+            start.record(dev.copy_stream)
+            dev.queue_copy(dst, src, dev.copy_stream, label)
+            done.record(dev.copy_stream)
+
+        return transfer
+
+    def _wait_call(self, label, event):
+        dev = self.device
+        before, after = dev.create_event(), dev.create_event()
+        if hasattr(event, "label"):
+            event.label = label  # named in the timeout's message
+
+        def wait():
+            if event.query():  # the copy is done: nothing to wait for, no stall
+                return
+            before.record(dev.compute_stream)
+            event.wait(dev.compute_stream)
+            after.record(dev.compute_stream)
+            self.waits.append((label, before, after))
+
+        return wait
+
+    def _sync_call(self, layer):
+        dev = self.device
+        before, after = dev.create_event(), dev.create_event()
+
+        def sync():
+            before.record(dev.compute_stream)
+            self.finish()
+            after.record(dev.compute_stream)
+            self.waits.append((f"end of layer {layer}", before, after))
+
+        return sync
+
+    def finish(self):
+        """Wait for every queued copy; raise a failed one as a TransferError."""
+        try:
+            self.device.copy_stream.synchronize()
+        except TransferError:
+            raise
+        except Exception as e:
+            raise TransferError(f"a copy between device and host memory failed: {e}") from e
+
+    # -- figures --------------------------------------------------------------------------
+    def measure(self):
+        """The last step's figures, after finish(): seconds of transfer and stall, overlap,
+        bytes each way (kept in `last`, shown in memory_stats() as offload.*). The next step
+        measures its own waits."""
+        transfer = sum(start.elapsed_time(end) for _, start, end in self.transfers) / 1e3
+        stall = sum(before.elapsed_time(after) for _, before, after in self.waits) / 1e3
+        out = sum(n.fn.nbytes for n, _, _ in self.transfers if n.fn.direction == "out")
+        back = sum(n.fn.nbytes for n, _, _ in self.transfers if n.fn.direction == "in")
+        self.last = {
+            "offload.mode": "sync" if self.synchronous else "async",
+            "offload.tensors": len(self.transfers) // 2,
+            "offload.bytes_to_host": out,
+            "offload.bytes_to_device": back,
+            "offload.transfer_seconds": transfer,
+            "offload.stall_seconds": stall,
+            "offload.overlap": 1.0 - stall / transfer if transfer > 0 else 1.0,
+        }
+        self.waits = []
+        return self.last
+
+
+def _reads(node, block):
+    return any(spec.block is block for spec in node.reads)
+
+
+def _overlaps(node, block):
+    """Does `node` write bytes of `block`'s place in the pool?"""
+    start, end = block.offset, block.offset + block.nbytes
+    for spec in node.writes:
+        other = spec.block
+        if other.offset is not None and other.device is block.device:
+            if other.offset < end and start < other.offset + other.nbytes:
+                return True
+    return False

@@ -1,0 +1,188 @@
+"""Offloading as a graph rewrite (vDNN, SuperNeurons' Unified Tensor Pool): activations that
+backward reads spend the middle of the step in host memory.
+
+An offloaded tensor B gets two transfer nodes, both on the copy stream:
+- a *copy-out*, right after B's last forward writer: B -> a host block H;
+- a *prefetch*, in backward: H -> a new device block S (a shadow), which every backward
+  reader (and every recomputation) reads instead of B.
+B's device bytes then live from its producer to max(its last forward use, the copy-out), and
+S's from the prefetch to its last backward use: the static plan sees both ranges, so the
+planned peak really drops. H lives in the host pool from the copy-out to the prefetch.
+
+Which tensors (vDNN's static policies):
+- "all":  every tensor forward makes and backward reads (each layer's input X, and what else
+          a layer keeps for backward: a pooling's argmax, a BatchNorm's statistics);
+- "conv": only those that a CONV layer reads as its input X (vDNN: convolutions are slow
+          enough to hide their input's transfer).
+("dyn", vDNN's dynamic policy, tries these in turn: see CompiledStep.compile.)
+
+When to prefetch (vDNN's findPrefetchLayer): at the start of each backward layer, prefetch
+the offloaded tensor needed soonest after this layer, searching no further than the next CONV
+layer of backward (the previous one of forward); a tensor that no layer prefetched is fetched
+at the start of the layer that reads it.
+
+The rewrite copies values and changes no kernel: losses are identical with offloading on or
+off. In-place pairs that would write over an offloaded tensor in forward are dropped, so that
+no kernel has to wait for a copy-out to finish before it can write.
+"""
+
+from nnmem.graph.liveness import INTERMEDIATE
+from nnmem.graph.recorder import ArraySpec, Node
+from nnmem.graph.rewrite import renumbered, shadow, through
+
+POLICIES = ("none", "conv", "all", "dyn")
+
+BACKWARD = ("backward", "recompute")  # the phases that read what forward kept
+CONV = "Conv2d"  # the operator name of a CONV layer's node (layer:Conv2d)
+
+
+def layer_of(node):
+    """The layer a node belongs to: its name up to the colon ("conv1" in "conv1:Conv2d")."""
+    return node.name.split(":")[0]
+
+
+def is_conv(node):
+    return node.name.split(" ")[0].endswith(":" + CONV)
+
+
+class Transfer:
+    """What a transfer node does: copy `block`'s values between device and host memory.
+    ``direction`` is "out" (device -> host, a copy-out) or "in" (host -> device, a prefetch);
+    the executor's engine runs it on the copy stream (engine.py)."""
+
+    __slots__ = ("direction", "desc", "nbytes")
+
+    def __init__(self, direction, desc, nbytes):
+        self.direction, self.desc, self.nbytes = direction, desc, nbytes
+
+    def __call__(self, dst, src):
+        dst[...] = src  # the plain copy (a device without streams, or a test)
+
+    def __repr__(self):
+        return f"<Transfer {self.direction} {self.desc}>"
+
+
+def offload_candidates(nodes, kinds, policy):
+    """Ids of the blocks `policy` offloads, in forward order of their producers."""
+    if policy not in ("conv", "all"):
+        raise ValueError(f"offload={policy!r}: choose one of {POLICIES}")
+    forward_written, later_read, later_written, conv_inputs = {}, set(), set(), set()
+    for node in nodes:
+        if node.phase == "forward":
+            for spec in node.writes:
+                forward_written.setdefault(id(spec.block), node.index)
+            if is_conv(node):
+                conv_inputs.update(id(s.block) for s in node.reads)
+        else:
+            if node.phase in BACKWARD:
+                later_read.update(id(s.block) for s in node.reads)
+            later_written.update(id(s.block) for s in node.writes)
+    chosen = [
+        key
+        for key in forward_written
+        if kinds.get(key) == INTERMEDIATE
+        and key in later_read
+        and key not in later_written
+        and (policy == "all" or key in conv_inputs)
+    ]
+    return sorted(chosen, key=forward_written.get)
+
+
+def add_offload(nodes, kinds, policy, host_memory):
+    """(new nodes, number of offloaded tensors): `nodes` with a copy-out and a prefetch for
+    every tensor `policy` offloads ("none" returns the nodes as they are)."""
+    if policy == "none":
+        return nodes, 0
+    chosen = offload_candidates(nodes, kinds, policy)
+    if not chosen:
+        return nodes, 0
+    blocks = {id(s.block): s.block for n in nodes for s in n.reads + n.writes}
+    last_writer, first_use = {}, {}
+    for node in nodes:
+        if node.phase == "forward":
+            for spec in node.writes:
+                last_writer[id(spec.block)] = node.index
+        elif node.phase in BACKWARD:
+            for spec in node.reads:
+                first_use.setdefault(id(spec.block), node.index)
+    prefetch_at = _prefetch_schedule(nodes, chosen, first_use)
+
+    host = {
+        key: host_memory.new_block(blocks[key].nbytes, f"{blocks[key].desc} (on host)")
+        for key in chosen
+    }
+    shadows = {key: shadow(blocks[key], "prefetched") for key in chosen}
+    copy_out_after = {}
+    for key in chosen:
+        copy_out_after.setdefault(last_writer[key], []).append(key)
+    offloaded = set(chosen)
+
+    out, new_index = [], {}
+    for node in nodes:
+        for key in prefetch_at.get(node.index, ()):  # before this backward layer starts
+            block = blocks[key]
+            out.append(_transfer_node(len(out), "in", host[key], shadows[key], block, out))
+        if node.phase == "forward":
+            # no kernel writes over an offloaded tensor while its copy-out may still read it
+            inplace = tuple(p for p in node.inplace if id(p[1]) not in offloaded)
+            reads = node.reads
+        else:
+            inplace, reads = node.inplace, through(node.reads, shadows)
+        after = tuple(new_index[i] for i in node.after)
+        new_index[node.index] = len(out)
+        out.append(renumbered(node, len(out), reads=reads, inplace=inplace, after=after))
+        for key in copy_out_after.get(node.index, ()):
+            out.append(_transfer_node(len(out), "out", blocks[key], host[key], blocks[key], out))
+    return out, len(chosen)
+
+
+def _transfer_node(index, direction, src, dst, block, emitted):
+    """A copy-stream node copying `src` to `dst` (whole blocks, as bytes), placed after the
+    last node emitted so far (a control edge: BFS must not move a prefetch earlier)."""
+    phase = "forward" if direction == "out" else "backward"
+    verb = "offload" if direction == "out" else "prefetch"
+    return Node(
+        index,
+        f"{verb}:{block.desc}",
+        Transfer(direction, block.desc, block.nbytes),
+        (ArraySpec(dst, (dst.nbytes,), "uint8"),),
+        (ArraySpec(src, (src.nbytes,), "uint8"),),
+        (),
+        phase,
+        None,
+        (index - 1,) if emitted else (),
+        "copy",
+    )
+
+
+def _prefetch_schedule(nodes, chosen, first_use):
+    """{node index: [offloaded block ids to prefetch just before that node]}: vDNN's window.
+
+    Backward is cut into layers (runs of nodes of one layer). At the start of each, the
+    offloaded tensor needed soonest after it is prefetched, if its first reader lies no
+    further than the next backward layer that runs a CONV (inclusive); any tensor not
+    prefetched by then is fetched at the start of the layer that first reads it."""
+    starts, layer_at, convs = [], {}, []  # start node of each backward layer; node -> layer
+    for node in nodes:
+        if node.phase not in BACKWARD:
+            continue
+        if not starts or layer_of(node) != layer_of(nodes[starts[-1]]):
+            starts.append(node.index)
+            convs.append(False)
+        layer_at[node.index] = len(starts) - 1
+        convs[-1] = convs[-1] or is_conv(node)
+    pending = sorted(chosen, key=lambda key: first_use[key])  # soonest needed first
+    schedule = {}
+    for layer, start in enumerate(starts):
+        # on demand: what this layer reads and nobody prefetched yet
+        due = [key for key in pending if layer_at[first_use[key]] == layer]
+        for key in due:
+            schedule.setdefault(start, []).append(key)
+            pending.remove(key)
+        # ahead of time: one tensor for a later layer, within the window
+        window_end = next((k for k in range(layer + 1, len(starts)) if convs[k]), len(starts))
+        ahead = next((key for key in pending if layer_at[first_use[key]] <= window_end), None)
+        if ahead is not None:
+            schedule.setdefault(start, []).append(ahead)
+            pending.remove(ahead)
+    return schedule
