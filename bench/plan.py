@@ -1,6 +1,8 @@
-"""AlexNet at batch 200 (3x227x227, float32): peak memory of baseline, liveness and liveness +
-recomputation, planned on shapes alone, beside SuperNeurons' measured 2189 / 1489 / 886 MB
-(and 1132 MB with offloading, a later nnmem issue).
+"""AlexNet at batch 200 (3x227x227, float32): peak memory of baseline, liveness, liveness +
+recomputation, liveness + offload and all three, planned on shapes alone, beside SuperNeurons'
+measured 2189 / 1489 / 1132 / 886 MB (section 4.1: baseline, liveness, liveness + offload with
+CONV layers as checkpoints, all three; it reports no figure for recomputation alone). nnmem
+offloads with offload="all" here (every activation backward reads).
 
     python bench/plan.py [--json out.json] [--no-scale]
 
@@ -26,7 +28,12 @@ import nnmem.ops.conv as conv_op
 from nnmem.models import create_model
 from nnmem.planning import plan
 
-SUPERNEURONS_MB = {"baseline": 2189.437, "liveness": 1489.355, "liveness + recompute": 886.23}
+SUPERNEURONS_MB = {
+    "baseline": 2189.437,
+    "liveness": 1489.355,
+    "liveness + offload": 1132.155,
+    "all three": 886.23,
+}
 
 
 def alexnet_plan():
@@ -60,14 +67,16 @@ def main():
             "full_mb": a.peak_bytes / mb,
             "data_mb": (a.peak_bytes - full.persistent_bytes) / mb,
             "data_no_workspace_mb": (b.peak_bytes - direct.persistent_bytes) / mb,
-            "superneurons_mb": SUPERNEURONS_MB[a.technique],
+            "superneurons_mb": SUPERNEURONS_MB.get(a.technique),
+            "host_mb": a.host_bytes / mb,
             "recomputations": b.recomputations,
             "peak_at": b.peak_operation,
         }
         rows[a.technique] = row
+        paper = row["superneurons_mb"]
         print(
             f"  {a.technique:22} {row['full_mb']:9.1f} {row['data_mb']:9.1f} "
-            f"{row['data_no_workspace_mb']:12.1f} {row['superneurons_mb']:13.1f}  "
+            f"{row['data_no_workspace_mb']:12.1f} {'-' if paper is None else f'{paper:.1f}':>13}  "
             f"{row['recomputations']:9d}  {row['peak_at']}"
         )
     if not args.no_scale:

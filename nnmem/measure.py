@@ -8,6 +8,10 @@ first step) and then one measured step each way:
 - "eager": blocks freed as soon as nothing refers to them;
 - "graph": the compiled step's timeline, from its arena layout.
 It returns the three Timelines and the compiled step's memory summary (with its lower bound).
+
+``measure_lanes(make_model, x, y, offload)`` runs a graph step that offloads, with vDNN's
+synchronous engine and with the asynchronous one, and returns each step's compute and copy
+lanes (when each call ran) with the planned memory timeline of the step.
 """
 
 import numpy as np
@@ -16,15 +20,15 @@ from nnmem import device, opt, tensor
 from nnmem.memory.timeline import Timeline
 
 
-def _trained_model(make_model, x, y, use_graph, recycle, pool_bytes, seed):
-    dev = device.create_cpu_device(pool_bytes)
+def _trained_model(make_model, x, y, use_graph, recycle, pool_bytes, seed, **compile_options):
+    dev = device.create_cpu_device(pool_bytes, link_gbps=compile_options.pop("link_gbps", None))
     dev.recycle = recycle
     dev.SetRandSeed(seed)
     model = make_model()
     model.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
     tx = tensor.PlaceHolder(x.shape, dev)
     ty = tensor.PlaceHolder(y.shape, dev, tensor.int32)
-    model.compile([tx], is_train=True, use_graph=use_graph)
+    model.compile([tx], is_train=True, use_graph=use_graph, **compile_options)
     tx.copy_from_numpy(x)
     ty.copy_from_numpy(np.asarray(y, np.int32))
     model(tx, ty)  # warm-up: momentum buffers, recording
@@ -44,3 +48,29 @@ def measure_step(make_model, x, y, pool_bytes=None, seed=0):
     compiled = model.compiled_step(tx, ty)
     timelines["graph"] = compiled.timeline
     return timelines, compiled.memory_summary()
+
+
+def measure_lanes(make_model, x, y, offload, pool_bytes=None, seed=0, link_gbps=None):
+    """({"sync": lanes, "async": lanes}, planned Timeline): one traced step each way
+    (TransferEngine.lanes(): (lane, name, start, end) in seconds), after two warm-up steps."""
+    lanes = {}
+    for label, asynchronous in (("sync", False), ("async", True)):
+        model, dev, tx, ty = _trained_model(
+            make_model,
+            x,
+            y,
+            True,
+            True,
+            pool_bytes,
+            seed,
+            offload=offload,
+            async_offload=asynchronous,
+            link_gbps=link_gbps,
+        )
+        compiled = model.compiled_step(tx, ty)
+        model(tx, ty)  # the first replay compiles kernels: not what a step costs
+        compiled.trace_transfers()
+        model(tx, ty)
+        lanes[f"{label} offload ({offload})"] = compiled.engine.lanes()
+    compiled.timeline.label = f"graph + offload ({offload})"
+    return lanes, compiled.timeline

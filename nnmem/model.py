@@ -395,6 +395,7 @@ def _budget_bytes(budget, dev):
     if nbytes <= 0 or nbytes > dev.pool.capacity:
         raise ValueError(
             f"compile(budget={budget!r}): give a positive number of bytes no larger than the "
-            f"device pool ({format_bytes(dev.pool.capacity)}), e.g. budget='1GiB'"
+            f"device pool ({format_bytes(dev.pool.capacity)}), e.g. "
+            f"budget='{max(dev.pool.capacity // 2**21, 1)}MiB'"
         )
     return nbytes

@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-from nnmem.tensor import PlaceHolder, Tensor
+from nnmem.tensor import Tensor
 
 #: Operator.run's `rebuild` value for a call that may simply be run again.
 SAME = "same"
@@ -151,13 +151,7 @@ class Operator:
                 None if t is None else Tensor._on_block(t.block, t.shape, t.dtype, t.device)
                 for t in tensors
             )
-            # activations only: parameters and input batches are no cache's to move
-            activations = [
-                t
-                for t in tensors
-                if t is not None and not t.stores_grad and not isinstance(t, PlaceHolder)
-            ]
-            self.device.keep_for_backward(self.name, activations)
+            self.device.keep_for_backward(self.name, [t for t in tensors if t is not None])
 
     def release(self):
         """Drop what backward needed: its memory can now be recycled."""

@@ -7,7 +7,10 @@ ways, exactly as ``model.compile`` and graph mode would on a real device:
 
 - baseline:               recycling off, every block of the step kept until it ends;
 - liveness:               each block freed after its last use (plus in-place, static plan);
-- liveness + recompute:   cheap forward results dropped and rebuilt in backward.
+- liveness + recompute:   cheap forward results dropped and rebuilt in backward;
+- liveness + offload:     activations moved to host memory between forward and backward
+                          (graph/offload.py; their host bytes are reported apart);
+- all three:              offloading the checkpoints that recomputation keeps (SuperNeurons).
 
 Because the planner is the graph compiler itself, running on the same allocator, its peak is
 the peak a real graph-mode iteration measures in the pool, byte for byte.
@@ -32,6 +35,8 @@ class TechniquePlan(NamedTuple):
     peak_operation: str  # "layer:Op" at the peak
     recomputations: int  # extra forward operations run in backward
     timeline: object  # memory.timeline.Timeline: bytes and live tensors per step
+    offload: str = "none"  # the offload policy ("dyn": the one it chose)
+    host_bytes: int = 0  # host memory the offloaded tensors take
 
     def fits(self, budget):
         return budget is None or self.peak_bytes <= budget
@@ -42,7 +47,7 @@ class StepPlan(NamedTuple):
     input_shape: tuple
     persistent_bytes: int  # parameters, optimizer state, inputs, results
     nodes: int
-    techniques: list  # TechniquePlan, in the order baseline, liveness, recompute
+    techniques: list  # TechniquePlan, in the order baseline, liveness, recompute, offload...
 
     def best(self):
         return min(self.techniques, key=lambda t: t.peak_bytes)
@@ -56,9 +61,13 @@ def plan(
     optimizer=None,
     num_classes=None,
     dtype=np.float32,
+    offload="all",
+    budget=None,
 ):
     """A StepPlan for training `model` (a new, uninitialised Model: it is compiled on a
-    planning device) on batches of `input_shape` (batch first) with class-id labels."""
+    planning device) on batches of `input_shape` (batch first) with class-id labels.
+    `offload`: the policy of the offloading techniques ("none" leaves them out; "dyn" takes
+    the fastest policy that fits `budget`, or "all" when none does)."""
     dev = device.create_planning_device()
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     model.compile([tx], is_train=True, use_graph=True, sequential=sequential)
@@ -67,13 +76,22 @@ def plan(
     model(tx, ty)  # records and compiles (liveness), runs nothing
     step = model.compiled_step(tx, ty)
     techniques = []
-    for name, recycle, strategy in (
-        ("baseline", False, "none"),
-        ("liveness", True, "none"),
-        ("liveness + recompute", True, recompute),
-    ):
+    variants = [
+        ("baseline", False, "none", "none"),
+        ("liveness", True, "none", "none"),
+        ("liveness + recompute", True, recompute, "none"),
+    ]
+    if offload != "none":
+        variants += [
+            ("liveness + offload", True, "none", offload),
+            ("all three", True, recompute, offload),
+        ]
+    for name, recycle, strategy, policy in variants:
         dev.recycle = recycle
-        step.compile(sequential, strategy)
+        if policy == "dyn":
+            chosen = None if budget is None else step.choose_offload(sequential, strategy, budget)
+            policy = chosen or "all"
+        step.compile(sequential, strategy, policy)
         techniques.append(_summarise(name, step))
     dev.recycle = True
     return StepPlan(
@@ -139,4 +157,6 @@ def _summarise(name, step):
         operation,
         step.recomputations,
         timeline,
+        step.offload,
+        step.host_layout.arena_bytes,
     )

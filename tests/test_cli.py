@@ -279,7 +279,7 @@ def test_help_names_the_commands_that_exist(capsys):
 
 
 def test_find_depth_stops_at_its_limit(capsys, monkeypatch):
-    monkeypatch.setattr(plan_command, "MAX_SEARCH_DEPTH", 56)  # 1202 plans for half a minute
+    monkeypatch.setattr(plan_command, "MAX_SEARCH_DEPTH", 56)  # 4000 plans for minutes
     assert main(["plan", "--model", "resnet", "--find-depth", "--budget", "1000TiB"]) == 0
     out = capsys.readouterr().out
     assert "deepest ResNet that fits 1000.0 TiB: at least 56 (the search stops at 56)" in out

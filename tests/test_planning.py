@@ -19,14 +19,14 @@ ZOO = {
 }
 
 
-def measured_peak(name, recycle, recompute):
+def measured_peak(name, recycle, recompute, offload="none"):
     shape, kwargs = ZOO[name]
     dev = device.create_cpu_device("256MiB")
     dev.recycle = recycle
     m = create_model(name, **kwargs)
     m.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
     tx, ty = tensor.PlaceHolder(shape, dev), tensor.PlaceHolder((shape[0],), dev, tensor.int32)
-    m.compile([tx], use_graph=True, recompute=recompute)
+    m.compile([tx], use_graph=True, recompute=recompute, offload=offload)
     tx.copy_from_numpy(np.random.default_rng(0).random(shape, dtype=np.float32))
     ty.copy_from_numpy(np.zeros(shape[0], np.int32))
     m(tx, ty)
@@ -38,11 +38,19 @@ def measured_peak(name, recycle, recompute):
 def test_planned_peak_is_the_measured_peak(name):
     shape, kwargs = ZOO[name]
     planned = plan(create_model(name, **kwargs), shape, recompute="cost-aware")
-    settings = [(False, "none"), (True, "none"), (True, "cost-aware")]
-    for technique, (recycle, recompute) in zip(planned.techniques, settings):
-        assert technique.peak_bytes == measured_peak(name, recycle, recompute), technique
-    baseline, liveness, recompute = planned.techniques
+    settings = [
+        (False, "none", "none"),
+        (True, "none", "none"),
+        (True, "cost-aware", "none"),
+        (True, "none", "all"),
+        (True, "cost-aware", "all"),
+    ]
+    for technique, setting in zip(planned.techniques, settings, strict=True):
+        assert technique.peak_bytes == measured_peak(name, *setting), technique
+    baseline, liveness, recompute, offload, all_three = planned.techniques
     assert baseline.peak_bytes > liveness.peak_bytes >= recompute.peak_bytes
+    assert liveness.peak_bytes >= offload.peak_bytes
+    assert offload.host_bytes > 0 and all_three.host_bytes > 0
 
 
 def test_planning_allocates_no_bytes_and_runs_nothing():

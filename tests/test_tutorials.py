@@ -34,6 +34,16 @@ EXPECTED = {
         "cost-aware  losses and parameters identical to eager: True",
         "largest batch that fits 1.0 GiB:",
     ],
+    "05_offload.ipynb": [
+        "offload='conv'",
+        "offload='all' :  84 tensors offloaded, peak 33.5 MiB",
+        "losses identical: True",
+        "sync : transfers",
+        "async: transfers",
+        "within the budget: True",
+        "losses identical to the same workspaces without offloading: True",
+        "budget 1.00 x peak:  54 hits,   0 misses,        0 B out",
+    ],
 }
 
 

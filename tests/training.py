@@ -14,15 +14,26 @@ def batches(shape, n, seed=0, classes=10):
     ]
 
 
-def train(m, data, use_graph, sequential=False, optimizer=None, pool="256MiB", seed=0, dev=None):
-    """Train model `m` on `data` (on `dev`, default a new CPU device of `pool` bytes); returns
-    (losses, final states, device, tx, ty)."""
+def train(
+    m,
+    data,
+    use_graph,
+    sequential=False,
+    optimizer=None,
+    pool="256MiB",
+    seed=0,
+    dev=None,
+    **compile_options,
+):
+    """Train model `m` on `data` (on `dev`, default a new CPU device of `pool` bytes), compiled
+    with `compile_options` (recompute, offload, budget...); returns (losses, final states,
+    device, tx, ty)."""
     dev = dev or device.create_cpu_device(pool)
     dev.SetRandSeed(seed)
     m.set_optimizer(optimizer or opt.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4))
     tx = tensor.PlaceHolder(data[0][0].shape, dev)
     ty = tensor.PlaceHolder(data[0][1].shape, dev, tensor.int32)
-    m.compile([tx], is_train=True, use_graph=use_graph, sequential=sequential)
+    m.compile([tx], is_train=True, use_graph=use_graph, sequential=sequential, **compile_options)
     losses = []
     for x, y in data:
         tx.copy_from_numpy(x)

@@ -1,9 +1,11 @@
 """nnmem plan: how much memory a training step needs, before running it (shapes only).
 
-For baseline (every block kept until the step ends), liveness, and liveness + recomputation
-it prints the peak, the lower bound, the live tensors at the peak, the operation where the
-peak happens and the extra recomputed operations; with --budget, which fit; with
---find-depth / --find-batch, the deepest ResNet or the largest batch that fits.
+For baseline (every block kept until the step ends), liveness, liveness + recomputation,
+liveness + offload and all three (--offload picks the policy; none leaves them out) it
+prints the peak, the lower bound, the live tensors at the peak, the operation where the peak
+happens, the extra recomputed operations and the host memory offloading takes; with
+--budget, which fit; with --find-depth / --find-batch, the deepest ResNet or the largest
+batch that fits.
 
 Without --input and --batch-size it plans the step that ``nnmem train`` runs for the same
 --model: a batch of 64 of the shipped digits (1x28x28).
@@ -13,6 +15,7 @@ import functools
 
 from nnmem.cli.arguments import UsageError, byte_size, positive_float, positive_int, sample_shape
 from nnmem.cli.train import DEFAULT_BATCH, PAPER_SAMPLES, SMALLEST_IMAGE
+from nnmem.graph.offload import POLICIES
 from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.models import MODELS, create_model, resnet
 from nnmem.planning import plan
@@ -22,9 +25,10 @@ from nnmem.search import largest_fitting
 TRAIN_SAMPLE = (1, 28, 28)
 # Models whose pooling shrinks a 28x28 image to nothing (train.SMALLEST_IMAGE: they cannot
 # train on the digits) are planned on the input of their papers (train.PAPER_SAMPLES) instead.
-#: --find-depth stops at ResNet-1202, the deepest network of He et al. (2016); planning it
-#: takes seconds, and the search's cost grows with the depth it reaches.
-MAX_SEARCH_DEPTH = 1202
+#: --find-depth stops at ResNet-4000: beyond SuperNeurons' ResNet-2500, which offloading and
+#: recomputation reach in a budget of a GPU's size; planning one takes about a minute, and the
+#: search's cost grows with the depth it reaches.
+MAX_SEARCH_DEPTH = 4000
 #: --find-batch stops at 2**20 samples (planning costs the same at any batch size).
 MAX_SEARCH_BATCH = 2**20
 
@@ -58,7 +62,20 @@ def add_parser(commands):
     )
     p.add_argument("--recompute", default="cost-aware", choices=["speed", "memory", "cost-aware"])
     p.add_argument(
+        "--offload",
+        default="all",
+        choices=list(POLICIES),
+        help="the policy of the offloading rows (none: leave them out; dyn: the fastest "
+        "that fits --budget)",
+    )
+    p.add_argument(
         "--budget", type=byte_size, default=None, help="memory available, e.g. 12GiB, 512MiB, bytes"
+    )
+    p.add_argument(
+        "--sync-offload",
+        action="store_true",
+        help="plan for vDNN's synchronous engine (the same memory as the asynchronous one: "
+        "the engines differ in when they wait, not in what they keep)",
     )
     search = p.add_mutually_exclusive_group()
     search.add_argument(
@@ -84,6 +101,15 @@ def run(args):
         raise UsageError(
             "--find-depth and --find-batch search against a memory budget: "
             "add --budget, e.g. --budget 12GiB"
+        )
+    if args.offload == "dyn" and args.budget is None:
+        raise UsageError(
+            "argument --offload: dyn picks the fastest policy that fits a budget; add "
+            "--budget, e.g. --budget 12GiB"
+        )
+    if args.sync_offload and args.offload == "none":
+        raise UsageError(
+            "argument --sync-offload: it is about offloading; leave it out with --offload none"
         )
     if args.find_depth and args.model != "resnet":
         raise UsageError("argument --find-depth: it searches ResNet depths; use --model resnet")
@@ -190,7 +216,13 @@ def _plan(args, sample, batch, depth):
     if args.width != 1:
         step += f" at --width {args.width:g}"
     try:
-        return plan(_model(args, sample, depth), (batch,) + sample, recompute=args.recompute)
+        return plan(
+            _model(args, sample, depth),
+            (batch,) + sample,
+            recompute=args.recompute,
+            offload=args.offload,
+            budget=args.budget,
+        )
     except OutOfMemory as e:
         raise StepTooLarge(
             f"{step} needs more than the planning device's {format_bytes(e.capacity)} of "
@@ -216,15 +248,17 @@ def print_plan(step, budget):
         f"state, inputs and results {format_bytes(step.persistent_bytes)}"
     )
     print(
-        f"  {'technique':22} {'peak':>11} {'lower bound':>12} {'live at peak':>12}  "
-        f"{'extra ops':>9}  peak at"
+        f"  {'technique':26} {'peak':>11} {'lower bound':>12} {'live at peak':>12}  "
+        f"{'extra ops':>9} {'on host':>10}  peak at"
     )
     for t in step.techniques:
         fits = "" if budget is None else ("  fits" if t.fits(budget) else "  does not fit")
+        host = format_bytes(t.host_bytes) if t.offload != "none" else "-"
+        policy = f" ({t.offload})" if t.offload != "none" else ""
         print(
-            f"  {t.technique:22} {format_bytes(t.peak_bytes):>11} "
+            f"  {t.technique + policy:26} {format_bytes(t.peak_bytes):>11} "
             f"{format_bytes(t.lower_bound_bytes):>12} {t.live_tensors_at_peak:>12}  "
-            f"{t.recomputations:>9}  {t.peak_operation}{fits}"
+            f"{t.recomputations:>9} {host:>10}  {t.peak_operation}{fits}"
         )
     if budget is not None and not any(t.fits(budget) for t in step.techniques):
         best = step.best()

@@ -17,7 +17,8 @@ from nnmem.cli import arguments
 from nnmem.cli.arguments import UsageError
 from nnmem.cli.divergence import StateCopy, first_nonfinite_layer
 from nnmem.data import iterate_batches, load
-from nnmem.measure import measure_step
+from nnmem.graph.offload import POLICIES
+from nnmem.measure import measure_lanes, measure_step
 from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.memory.timeline import plot_timelines
 from nnmem.models import MODELS, create_model
@@ -58,6 +59,14 @@ def add_parser(commands):
         help="pool size, e.g. 512MiB (default 2GiB; on a GPU, its free memory but 1GiB)",
     )
     p.add_argument("--no-graph", action="store_true", help="run every step eagerly")
+    offload_flags(p)
+    p.add_argument(
+        "--link-gbps",
+        type=arguments.positive_float,
+        default=None,
+        help="with --device cpu: copies to and from host memory run at this many GB/s, as "
+        "over a GPU's PCIe link (e.g. 8), to see what offloading costs without a GPU",
+    )
     p.add_argument("--seed", type=arguments.non_negative_int, default=0)
     p.add_argument(
         "--max-batches",
@@ -70,14 +79,57 @@ def add_parser(commands):
         type=arguments.png_path,
         metavar="PNG",
         default=None,
-        help="before training, plot one step's memory (no recycling, eager, graph) "
-        "with the lower bound to this PNG file, and write the data beside it "
-        "as JSON (same name, .json)",
+        help="before training, plot one step's memory (no recycling, eager, graph; with "
+        "--offload, also its compute and copy lanes, sync and async) with the lower bound "
+        "to this PNG file, and write the data beside it as JSON (same name, .json)",
     )
     p.set_defaults(run=run)
 
 
+def offload_flags(p):
+    """--offload, --budget and --sync-offload (nnmem train and nnmem plan)."""
+    p.add_argument(
+        "--offload",
+        default="none",
+        choices=list(POLICIES),
+        help="move activations to host memory between forward and backward: conv (CONV "
+        "layers' inputs), all, or dyn (the fastest that fits --budget); see vDNN",
+    )
+    p.add_argument(
+        "--budget",
+        type=arguments.byte_size,
+        default=None,
+        help="the most memory the pool may use, e.g. 512MiB",
+    )
+    p.add_argument(
+        "--sync-offload",
+        action="store_true",
+        help="synchronise compute and copies at every layer's end (vDNN) instead of the "
+        "asynchronous engine (vDNNExt)",
+    )
+
+
+def check_offload_flags(args):
+    """One-line errors for offload flags that cannot work together."""
+    if args.offload == "dyn" and args.budget is None:
+        raise UsageError(
+            "argument --offload: dyn picks the fastest policy that fits a budget; add "
+            "--budget, e.g. --budget 512MiB"
+        )
+    if args.sync_offload and args.offload == "none":
+        raise UsageError(
+            "argument --sync-offload: there is nothing to synchronise without offloading; add "
+            "--offload conv, all or dyn"
+        )
+
+
 def run(args):
+    check_offload_flags(args)
+    if args.link_gbps is not None and args.device != "cpu":
+        raise UsageError(
+            "argument --link-gbps: it slows the CPU's copies to a GPU link's speed; a GPU has "
+            "its own link: leave it out with --device cuda"
+        )
     if args.timeline:
         require_matplotlib()
     x_train, y_train, x_test, y_test = load(args.data)
@@ -143,13 +195,20 @@ def _shape(shape):
 def create_device(args):
     """The device --device names; one this machine cannot provide is a usage error."""
     if args.device == "cpu":
-        return device.create_cpu_device(args.pool)
-    try:
-        return device.create_cuda_gpu(args.pool)
-    except device.DeviceUnavailable as e:
+        dev = device.create_cpu_device(args.pool, link_gbps=args.link_gbps)
+    else:
+        try:
+            dev = device.create_cuda_gpu(args.pool)
+        except device.DeviceUnavailable as e:
+            raise UsageError(
+                f"argument --device: cuda is not available ({e}); use --device cpu"
+            ) from None
+    if args.budget is not None and args.budget > dev.pool.capacity:
         raise UsageError(
-            f"argument --device: cuda is not available ({e}); use --device cpu"
-        ) from None
+            f"argument --budget: {format_bytes(args.budget)} is more than the pool "
+            f"({format_bytes(dev.pool.capacity)}); give a smaller --budget or a larger --pool"
+        )
+    return dev
 
 
 def make_model(args, num_classes, num_channels):
@@ -172,11 +231,21 @@ def train(args, dev, data, num_classes):
     batch = args.batch_size
     tx = tensor.PlaceHolder((batch,) + x_train.shape[1:], dev)
     ty = tensor.PlaceHolder((batch,), dev, tensor.int32)
-    model.compile([tx], is_train=True, use_graph=not args.no_graph, sequential=False)
+    model.compile(
+        [tx],
+        is_train=True,
+        use_graph=not args.no_graph,
+        sequential=False,
+        offload=args.offload,
+        budget=args.budget,
+        async_offload=not args.sync_offload,
+    )
     print(
         f"{args.model} on {args.data}: {len(x_train)} training / {len(x_test)} test images "
         f"{x_train.shape[1:]}, {sum(p.size() for p in model.get_params().values()):,} "
         f"parameters, batch {batch}, pool {format_bytes(dev.pool.capacity)}"
+        + ("" if args.budget is None else f", budget {format_bytes(args.budget)}")
+        + ("" if args.offload == "none" else f", offload {args.offload}")
     )
     if args.timeline:
         plot_step_timelines(args, x_train[:batch], y_train[:batch], num_classes)
@@ -194,7 +263,25 @@ def train(args, dev, data, num_classes):
         print(
             f"epoch {epoch + 1}: loss {np.mean(losses):.4f}  test accuracy {accuracy:.4f}  "
             f"{steps * batch / seconds:.0f} images/s  peak pool memory {format_bytes(peak)}"
+            + offload_summary(dev.memory_stats())
         )
+
+
+def offload_summary(stats):
+    """What the last step moved to the host and back: the graph engine's figures, or the
+    eager tensor cache's (nothing when nothing was offloaded)."""
+    if "offload.bytes_to_host" in stats:
+        return (
+            f"  offloaded {format_bytes(stats['offload.bytes_to_host'])}/step, transfers "
+            f"{1e3 * stats['offload.transfer_seconds']:.1f} ms, stalls "
+            f"{1e3 * stats['offload.stall_seconds']:.1f} ms"
+        )
+    if "cache.misses" in stats:
+        return (
+            f"  tensor cache: {stats['cache.hits']} hits, {stats['cache.misses']} misses, "
+            f"{format_bytes(stats['cache.bytes_to_host'])} out/step"
+        )
+    return ""
 
 
 def train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps):
@@ -263,6 +350,12 @@ def pool_hint(args, sample, num_classes):
         optimizer=make_optimizer(args),
     )
     mib = math.ceil(needed / 2**20)
+    if args.budget is not None:
+        return (
+            f"nnmem train: without offloading, {args.model} at batch {args.batch_size} needs "
+            f"{format_bytes(needed)} ({needed} bytes): rerun with --budget {mib}MiB, with "
+            "--offload all, or with a smaller --batch-size"
+        )
     return (
         f"nnmem train: {args.model} at batch {args.batch_size} fits in a pool of "
         f"{format_bytes(needed)} ({needed} bytes): rerun with --pool {mib}MiB, or with a "
@@ -283,11 +376,29 @@ def plot_step_timelines(args, x, y, num_classes):
         f"{format_bytes(plan['lower_bound_bytes'])}"
     )
     bound = plan["persistent_bytes"] + plan["lower_bound_bytes"]
+    lanes = {}
+    if args.offload not in ("none", "dyn") and not args.no_graph:
+        lanes, offloaded = measure_lanes(
+            functools.partial(make_model, args, num_classes, x.shape[1]),
+            x,
+            y,
+            args.offload,
+            args.pool,
+            args.seed,
+            args.link_gbps,
+        )
+        timelines["offload"] = offloaded
+        print(f"  {offloaded.label}: peak {format_bytes(offloaded.peak)}")
+        for label, step_lanes in lanes.items():
+            copying = sum(end - start for lane, _, start, end in step_lanes if lane == "copy")
+            length = max((end for *_, end in step_lanes), default=0.0)
+            print(f"  {label}: step {1e3 * length:.1f} ms, copies {1e3 * copying:.1f} ms")
     plot_timelines(
         list(timelines.values()),
         args.timeline,
         lower_bound=bound,
         title=f"{args.model}, batch {len(x)}: memory during one training step",
+        lanes=lanes,
     )
     data_path = os.path.splitext(args.timeline)[0] + ".json"
     with open(data_path, "w") as f:
@@ -296,6 +407,7 @@ def plot_step_timelines(args, x, y, num_classes):
                 "lower_bound_bytes": bound,
                 "plan": plan,
                 "timelines": [t.as_dict() for t in timelines.values()],
+                "lanes": {label: step_lanes for label, step_lanes in lanes.items()},
             },
             f,
         )

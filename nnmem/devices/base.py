@@ -30,7 +30,7 @@ import numpy as np
 from nnmem.interrupts import deferred_interrupts
 from nnmem.memory.arena import SharedArena
 from nnmem.memory.block import Block
-from nnmem.memory.errors import OutOfMemory
+from nnmem.memory.cache import try_alloc
 from nnmem.memory.host import HostMemory
 from nnmem.memory.pool import ALIGNMENT, Pool
 from nnmem.memory.storage import HostStorage
@@ -186,12 +186,14 @@ class Device:
     def alloc_block(self, block):
         """The offset of new bytes for `block` in the pool; with the tensor cache on, evicting
         least recently used tensors to the host when the pool (or budget) is full."""
-        try:
+        if self.cache is None:
             return self.pool.alloc(block.nbytes, owner=block)
-        except OutOfMemory as e:
-            if self.cache is None:
-                raise
-            return self.cache.allocate(block, e)
+        offset = try_alloc(self.pool, block)
+        if offset is None:
+            offset = self.cache.allocate(block)
+        if self._steps_running:
+            self.cache.born.add(id(block))  # made by this step: an activation, maybe
+        return offset
 
     def keep_for_backward(self, operator_name, tensors):
         """An operator saved `tensors` for its backward (Operator.save): with eager offloading

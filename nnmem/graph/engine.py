@@ -21,11 +21,8 @@ of the copies' durations), stall time (the compute stream waiting for copies) an
 1 - stall / transfer: the share of transfer time hidden behind compute.
 """
 
-from nnmem.graph.offload import layer_of
-
-
-class TransferError(RuntimeError):
-    """A copy between device and host memory failed; the step was undone."""
+from nnmem.graph.offload import MARKER, layer_of
+from nnmem.memory.errors import TransferError
 
 
 class TransferEngine:
@@ -34,7 +31,10 @@ class TransferEngine:
         self.synchronous = synchronous
         self.transfers = []  # (node, ready, start, end): the events of each transfer
         self.waits = []  # (label, before, after): events around the waits made this step
-        self.last = {}  # figures of the last step (see stats)
+        self.last = {}  # figures of the last step (see measure)
+        self.trace = False  # record every call's start and end (lanes); set before calls()
+        self._traced = []  # (lane, name, start event, end event) of each traced call
+        self._origin = device.create_event()  # the start of the step, for lanes()
 
     # -- building the call list -----------------------------------------------------------
     def calls(self, nodes, order, commit_start, arrays_of):
@@ -43,7 +43,7 @@ class TransferEngine:
         the commit phase starts. `arrays_of(node)` builds a node's arrays."""
         dev = self.device
         waits_before = {}  # position -> [(label, event)]
-        self.transfers, self.waits = [], []
+        self.transfers, self.waits, self._traced = [], [], []
         events = {}
         commit_start = min(commit_start, len(order))
         for position, i in enumerate(order):
@@ -71,8 +71,12 @@ class TransferEngine:
                 split = len(out)
             for label, event in waits_before.get(position, ()):
                 out.append((f"wait:{label}", self._wait_call(label, event), []))
-            if node.stream == "copy":
+            if node.stream == MARKER:  # a point of the plan: nothing runs
+                pass
+            elif node.stream == "copy":
                 out.append((node.name, self._transfer_call(node, events[i]), arrays_of(node)))
+            elif self.trace:
+                out.append((node.name, self._traced_call(node), arrays_of(node)))
             else:
                 out.append((node.name, node.fn, arrays_of(node)))
             if (
@@ -93,15 +97,24 @@ class TransferEngine:
 
     @staticmethod
     def _layer_ends(nodes, order, position):
-        if position + 1 == len(order):
-            return True
-        return layer_of(nodes[order[position + 1]]) != layer_of(nodes[order[position]])
+        """Is this the last kernel of its layer? The synchronisation goes right after it, so a
+        copy queued at the boundary (the next layer's input going out, a prefetch for the
+        next layer) overlaps the next layer's compute, as in vDNN."""
+        node = nodes[order[position]]
+        if node.stream != "compute":
+            return False
+        for later in range(position + 1, len(order)):
+            following = nodes[order[later]]
+            if following.stream == "compute":
+                return layer_of(following) != layer_of(node)
+        return True
 
     # -- what runs ------------------------------------------------------------------------
     def _transfer_call(self, node, done):
         dev = self.device
         ready, start = dev.create_event(), dev.create_event()
         self.transfers.append((node, start, done))
+        self._traced.append(("copy", node.name, start, done))
         label = f"{'copy-out' if node.fn.direction == 'out' else 'prefetch'} of {node.fn.desc}"
 
         def transfer(dst, src):
@@ -115,6 +128,31 @@ class TransferEngine:
 
         return transfer
 
+    def _traced_call(self, node):
+        dev = self.device
+        start, end = dev.create_event(), dev.create_event()
+        self._traced.append(("compute", node.name, start, end))
+
+        def traced(*arrays):
+            start.record(dev.compute_stream)
+            node.fn(*arrays)
+            end.record(dev.compute_stream)
+
+        return traced
+
+    def begin(self):
+        """Mark the start of a step (the origin of lanes())."""
+        self._origin.record(self.device.compute_stream)
+
+    def lanes(self):
+        """The last step's calls as (lane, name, start, end), seconds from its start: the
+        compute lane (only when ``trace`` was set) and the copy lane. Read after finish()."""
+        origin = self._origin
+        return [
+            (lane, name, origin.elapsed_time(start) / 1e3, origin.elapsed_time(end) / 1e3)
+            for lane, name, start, end in self._traced
+        ]
+
     def _wait_call(self, label, event):
         dev = self.device
         before, after = dev.create_event(), dev.create_event()
@@ -122,12 +160,17 @@ class TransferEngine:
             event.label = label  # named in the timeout's message
 
         def wait():
-            if event.query():  # the copy is done: nothing to wait for, no stall
-                return
-            before.record(dev.compute_stream)
-            event.wait(dev.compute_stream)
-            after.record(dev.compute_stream)
-            self.waits.append((label, before, after))
+            if not event.query():  # the copy is not done: the compute stream stalls
+                before.record(dev.compute_stream)
+                event.wait(dev.compute_stream)
+                after.record(dev.compute_stream)
+                self.waits.append((label, before, after))
+            # a failed copy left garbage where the next kernel reads (a pooling's argmax is
+            # an index: garbage writes out of bounds): raise before it runs
+            try:
+                dev.raise_copy_failure()
+            except Exception as e:
+                raise TransferError(f"{label} failed: {e}") from e
 
         return wait
 

@@ -225,6 +225,17 @@ class CompiledStep:
         if not self._placing:
             self._build_calls()
 
+    def trace_transfers(self, on=True):
+        """Record when every call of the next replays starts and ends (the compute and copy
+        lanes of ``self.engine.lanes()``); a step that offloads nothing has no lanes."""
+        if self.engine is None:
+            raise ValueError(
+                f"{self.label} offloads nothing: compile with offload='conv' or 'all' to see "
+                "its compute and copy lanes"
+            )
+        self.engine.trace = on
+        self._build_calls()
+
     def _build_calls(self):
         self.replays = 0
         self.split = self.commit_start
@@ -268,6 +279,7 @@ class CompiledStep:
             self._run(self.calls[: self.split])
         else:
             try:
+                self.engine.begin()
                 self._run(self.calls[: self.split])
                 self.engine.finish()
             except BaseException:

@@ -32,6 +32,7 @@ from nnmem.graph.rewrite import renumbered, shadow, through
 
 POLICIES = ("none", "conv", "all", "dyn")
 
+MARKER = "marker"  # the stream of a node that only marks a point of the plan (no call)
 BACKWARD = ("backward", "recompute")  # the phases that read what forward kept
 CONV = "Conv2d"  # the operator name of a CONV layer's node (layer:Conv2d)
 
@@ -112,9 +113,11 @@ def add_offload(nodes, kinds, policy, host_memory):
         for key in chosen
     }
     shadows = {key: shadow(blocks[key], "prefetched") for key in chosen}
-    copy_out_after = {}
+    copy_out_after, release_after = {}, {}
     for key in chosen:
         copy_out_after.setdefault(last_writer[key], []).append(key)
+    for key, index in _release_points(nodes, chosen).items():
+        release_after.setdefault(index, []).append(key)
     offloaded = set(chosen)
 
     out, new_index = [], {}
@@ -133,7 +136,45 @@ def add_offload(nodes, kinds, policy, host_memory):
         out.append(renumbered(node, len(out), reads=reads, inplace=inplace, after=after))
         for key in copy_out_after.get(node.index, ()):
             out.append(_transfer_node(len(out), "out", blocks[key], host[key], blocks[key], out))
+        for key in release_after.get(node.index, ()):
+            out.append(_release_node(len(out), blocks[key]))
     return out, len(chosen)
+
+
+def _release_points(nodes, chosen):
+    """{block id: index of the forward node after which its device bytes may be reused}: the
+    end of the forward layer after the one that last uses it. A copy-out needs time: the
+    layer's compute hides it, where reusing the bytes at once would make the next kernel that
+    writes them wait for the copy (vDNNExt frees a block when its copy-out event fires; a
+    static plan must say in advance where that will be)."""
+    last_use, run_of, run_ends = {}, {}, []
+    for node in nodes:
+        if node.phase != "forward":
+            continue
+        if not run_ends or layer_of(node) != layer_of(nodes[run_ends[-1]]):
+            run_ends.append(node.index)
+        run_ends[-1] = node.index
+        run_of[node.index] = len(run_ends) - 1
+        for spec in node.reads + node.writes:
+            last_use[id(spec.block)] = node.index
+    return {key: run_ends[min(run_of[last_use[key]] + 1, len(run_ends) - 1)] for key in chosen}
+
+
+def _release_node(index, block):
+    """A node that does nothing but read `block`: the plan keeps the block's bytes until it
+    (the replay runs no call for it)."""
+    return Node(
+        index,
+        f"release:{block.desc}",
+        None,
+        (),
+        (ArraySpec(block, (block.nbytes,), "uint8"),),
+        (),
+        "forward",
+        None,
+        (index - 1,),
+        MARKER,
+    )
 
 
 def _transfer_node(index, direction, src, dst, block, emitted):
@@ -171,18 +212,30 @@ def _prefetch_schedule(nodes, chosen, first_use):
             convs.append(False)
         layer_at[node.index] = len(starts) - 1
         convs[-1] = convs[-1] or is_conv(node)
-    pending = sorted(chosen, key=lambda key: first_use[key])  # soonest needed first
-    schedule = {}
+    # window_end[k]: the first CONV layer after layer k (the last layer if none)
+    window_end, next_conv = [0] * len(starts), len(starts) - 1
+    for k in range(len(starts) - 1, -1, -1):
+        window_end[k] = next_conv
+        if convs[k]:
+            next_conv = k
+    soonest = sorted(chosen, key=lambda key: first_use[key])  # needed soonest first
+    due_in = {}  # layer -> tensors it reads first
+    for key in soonest:
+        due_in.setdefault(layer_at[first_use[key]], []).append(key)
+    done, next_up, schedule = set(), 0, {}
     for layer, start in enumerate(starts):
+        here = schedule.setdefault(start, [])
         # on demand: what this layer reads and nobody prefetched yet
-        due = [key for key in pending if layer_at[first_use[key]] == layer]
-        for key in due:
-            schedule.setdefault(start, []).append(key)
-            pending.remove(key)
-        # ahead of time: one tensor for a later layer, within the window
-        window_end = next((k for k in range(layer + 1, len(starts)) if convs[k]), len(starts))
-        ahead = next((key for key in pending if layer_at[first_use[key]] <= window_end), None)
-        if ahead is not None:
-            schedule.setdefault(start, []).append(ahead)
-            pending.remove(ahead)
-    return schedule
+        for key in due_in.get(layer, ()):
+            if key not in done:
+                here.append(key)
+                done.add(key)
+        # ahead of time: the tensor needed soonest after this layer, within the window
+        while next_up < len(soonest) and soonest[next_up] in done:
+            next_up += 1
+        if next_up < len(soonest):
+            key = soonest[next_up]
+            if layer_at[first_use[key]] <= window_end[layer]:
+                here.append(key)
+                done.add(key)
+    return {start: keys for start, keys in schedule.items() if keys}

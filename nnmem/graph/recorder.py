@@ -35,7 +35,8 @@ class Node:
     outputs exactly (see Operator.run). after: indices of nodes this one must follow although
     it shares no block with them (keeps a recomputation from being hoisted out of backward).
     stream: "compute" for a kernel call, "copy" for a transfer between device and host memory
-    (offload.py): the copy stream runs it beside the compute stream.
+    (offload.py): the copy stream runs it beside the compute stream; "marker" for a point of
+    the plan where nothing runs (offload.py's release of a block).
     """
 
     __slots__ = (

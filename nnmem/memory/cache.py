@@ -2,7 +2,8 @@
 eager mode: offloaded tensors stay on the device while memory allows.
 
 Which tensors may leave the device (*candidates*): what an operator keeps for backward
-(Operator.save) -- under offload="all" every such tensor, under "conv" only a convolution's
+(Operator.save) and the step itself made (activations; not parameters, optimizer state or
+the input batch) -- under offload="all" every such tensor, under "conv" only a convolution's
 input X (vDNN). Nothing moves while allocations succeed, so a model that fits moves zero bytes.
 When an allocation cannot be served (the pool is full, or the budget is reached):
 
@@ -25,7 +26,7 @@ The cache moves bytes, never changes them: losses are identical with the cache o
 import time
 from collections import OrderedDict
 
-from nnmem.memory.errors import OutOfMemory
+from nnmem.memory.errors import OutOfMemory, TransferError
 
 __all__ = ["TensorCache"]
 
@@ -37,10 +38,12 @@ class TensorCache:
         self.resident = OrderedDict()  # id(block) -> block: candidates on the device, LRU first
         self.pending = OrderedDict()  # id(block) -> (block, host block, event): copying out
         self.locked = {}  # id(block) -> how many current operations hold it
+        self.born = set()  # ids of the blocks allocated during this step (Device.alloc_block)
         self.counters = {}
         self.new_iteration()
 
     def new_iteration(self):
+        self.born.clear()
         self.counters = dict.fromkeys(
             ("cache.hits", "cache.misses", "cache.bytes_to_host", "cache.bytes_to_device"), 0
         )
@@ -52,7 +55,8 @@ class TensorCache:
         if self.policy == "conv" and operator_name != "Conv2d":
             return
         for block in blocks:
-            if block.device is self.device and block.offset is not None and block.arena is None:
+            # made in this step (or not yet: an output saved before its kernel runs)
+            if (id(block) in self.born or not block.allocated) and block.arena is None:
                 self.resident[id(block)] = block
                 self.resident.move_to_end(id(block))
 
@@ -80,31 +84,39 @@ class TensorCache:
     def forget(self, block):
         """`block` is being freed: no copy of it is needed any more."""
         key = id(block)
-        if key in self.pending:
-            self._settle(key, keep_on_device=True)
         self.resident.pop(key, None)
+        self.born.discard(key)  # the id may be reused by a later block
         if block.host is not None:
             block.host.release()
             block.host = None
 
     # -- allocation and misses --------------------------------------------------------------
-    def allocate(self, block, error):
+    def allocate(self, block):
         """The offset of new device bytes for `block`, evicting candidates until they fit;
-        `error` is the OutOfMemory the first attempt raised (raised again if nothing helps)."""
+        the pool's OutOfMemory (listing what is live now) when nothing more can move.
+
+        No exception object is kept while trying: a caught error's traceback holds the frames
+        of the operation that asked, and their tensors, until the garbage collector runs."""
         pool = self.device.pool
         while True:
             # at least one byte: with enough bytes free but not in one piece, evict anyway
             self._evict_for(max(block.nbytes - pool.stats()["free_bytes"], 1))
             if not self.pending:
-                raise error
+                return pool.alloc(block.nbytes, owner=block)  # fits now, or the clear error
             self._settle(next(iter(self.pending)), keep_on_device=False)
-            try:
-                return pool.alloc(block.nbytes, owner=block)
-            except OutOfMemory as again:
-                error = again
+            offset = try_alloc(pool, block)
+            if offset is not None:
+                return offset
 
     def fetch(self, block):
         """Copy an evicted `block` back to new device bytes (a miss) and wait for it."""
+        block.inc_ref()  # alive until it is back, whatever the garbage collector frees
+        try:
+            self._fetch(block)
+        finally:
+            block.dec_ref()
+
+    def _fetch(self, block):
         dev = self.device
         host = block.host
         block.host = None
@@ -113,15 +125,17 @@ class TensorCache:
         except BaseException:
             block.host = host
             raise
-        dev.queue_copy(
-            block.array((block.nbytes,), "uint8"),
-            _bytes(host),
-            dev.copy_stream,
-            f"fetch of {block} from the host",
-        )
+        label = f"fetch of {block} from the host"
+        if dev.runs_kernels:  # a planning device counts the bytes; it has none to copy
+            dev.queue_copy(_bytes(block), _bytes(host), dev.copy_stream, label)
         done = dev.create_event()
         done.record(dev.copy_stream)
-        self._wait(done)
+        try:
+            self._wait(done, label)
+        except BaseException:  # the bytes on the device are garbage: the host copy stays
+            dev.pool.free(block.offset)
+            block.offset, block.host = None, host
+            raise
         host.release()
         self.resident[id(block)] = block
         self.counters["cache.misses"] += 1
@@ -134,46 +148,60 @@ class TensorCache:
         for key in list(self.resident):
             if pending_bytes >= shortfall:
                 return
-            if key in self.locked:
-                continue
-            block = self.resident.pop(key)
+            block = self.resident.get(key)  # None: freed meanwhile (the garbage collector)
+            if block is None or key in self.locked or block.offset is None:
+                continue  # gone, in use by the operation, or not allocated yet
+            del self.resident[key]
             pending_bytes += block.nbytes
             self._copy_out(block)
 
     def _copy_out(self, block):
+        # A pending block holds a reference: the garbage collector, which may run at any
+        # allocation below, must not free it (and its host copy) while the copy is queued.
+        block.inc_ref()
         dev = self.device
         host = dev.host.new_block(block.nbytes, f"{block} (evicted)")
-        host.ensure_allocated()
+        try:
+            host.ensure_allocated()
+        except BaseException:
+            block.dec_ref()
+            raise
         ready, done = dev.create_event(), dev.create_event()
+        self.pending[id(block)] = (block, host, done)
         ready.record(dev.compute_stream)  # after the kernels that wrote it
         ready.wait(dev.copy_stream)
-        dev.queue_copy(
-            _bytes(host),
-            block.array((block.nbytes,), "uint8"),
-            dev.copy_stream,
-            f"eviction of {block} to the host",
-        )
+        if dev.runs_kernels:
+            dev.queue_copy(_bytes(host), _bytes(block), dev.copy_stream, f"eviction of {block}")
         done.record(dev.copy_stream)
-        self.pending[id(block)] = (block, host, done)
 
     def _settle(self, key, keep_on_device):
         """Wait for a pending copy-out; then either free the device bytes (the tensor now
         lives on the host) or drop the host copy (it stays, as the most recently used)."""
         block, host, done = self.pending.pop(key)
-        self._wait(done)
+        try:
+            self._wait(done, f"eviction of {block}")
+        except BaseException:  # the host copy is garbage: the tensor stays on the device
+            host.release()
+            self.resident[key] = block
+            block.dec_ref()
+            raise
         if keep_on_device:
             host.release()
             self.resident[key] = block
-            return
-        self.device.pool.free(block.offset)
-        block.offset, block.host = None, host
-        self.counters["cache.bytes_to_host"] += block.nbytes
+        else:
+            self.device.pool.free(block.offset)
+            block.offset, block.host = None, host
+            self.counters["cache.bytes_to_host"] += block.nbytes
+        block.dec_ref()  # dead by now? then it is freed here, host copy and all
 
-    def _wait(self, event):
+    def _wait(self, event, label):
         """Wait for a copy and raise its failure, if it failed (the copy stream keeps it)."""
         start = time.perf_counter()
         event.synchronize()
-        self.device.raise_copy_failure()
+        try:
+            self.device.raise_copy_failure()
+        except Exception as e:
+            raise TransferError(f"{label} failed: {e}") from e
         self.counters["cache.stall_seconds"] += time.perf_counter() - start
 
     def stats(self):
@@ -182,3 +210,12 @@ class TensorCache:
 
 def _bytes(block):
     return block.array((block.nbytes,), "uint8")
+
+
+def try_alloc(pool, block):
+    """The offset of `block`'s new bytes in `pool`, or None if it does not fit (the error is
+    dropped at once: see TensorCache.allocate)."""
+    try:
+        return pool.alloc(block.nbytes, owner=block)
+    except OutOfMemory:
+        return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .units import format_bytes
 
-__all__ = ["OutOfMemory"]
+__all__ = ["OutOfMemory", "TransferError"]
 
 
 def _describe(owner: object) -> str:
@@ -145,3 +145,8 @@ class OutOfMemory(MemoryError):
                 self.requester,
             ),
         )
+
+
+class TransferError(RuntimeError):
+    """A copy between device and host memory (offloading) failed; the step that needed it
+    was undone (see Model.__call__)."""

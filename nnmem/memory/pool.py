@@ -155,21 +155,9 @@ class Pool:
             raise ValueError(f"Pool.alloc: cannot allocate a negative number of bytes ({nbytes}).")
         size = aligned_size(nbytes, self.alignment)
         if self.budget is not None and self._allocated + size > self.budget:
-            error = OutOfMemory(
-                request=size,
-                nbytes=nbytes,
-                free_bytes=self._budget_left(),
-                largest_free_block=min(self._largest_free(), self._budget_left()),
-                capacity=self.budget,
-                live=self.live_blocks()[: OutOfMemory.MAX_LISTED],
-                requester=owner,
-            )
-            error.add_note(
-                f"the pool holds {self.capacity} bytes, but a budget of {self.budget} bytes is "
-                "set (compile(..., budget=...)): raise the budget, or offload more "
-                "(compile(..., offload='all'))"
-            )
-            raise error
+            # built by a method: a local holding the error would be a cycle through its
+            # traceback, keeping the caller's frames (and tensors) until the collector runs
+            raise self._over_budget(size, nbytes, owner)
         offset = self._find_free(size)
         if offset is None:
             raise OutOfMemory(
@@ -198,6 +186,23 @@ class Pool:
         self._high_water = max(self._high_water, offset + size)
         self._num_allocs += 1
         return offset
+
+    def _over_budget(self, size: int, nbytes: int, owner: object) -> OutOfMemory:
+        error = OutOfMemory(
+            request=size,
+            nbytes=nbytes,
+            free_bytes=self._budget_left(),
+            largest_free_block=min(self._largest_free(), self._budget_left()),
+            capacity=self.budget,
+            live=self.live_blocks()[: OutOfMemory.MAX_LISTED],
+            requester=owner,
+        )
+        error.add_note(
+            f"the pool holds {self.capacity} bytes, but a budget of {self.budget} bytes is "
+            "set (compile(..., budget=...)): raise the budget, or let the step keep less "
+            "on the device (compile(..., offload='all', recompute='cost-aware'))"
+        )
+        return error
 
     @_locked
     def free(self, offset: int) -> None:

@@ -31,8 +31,7 @@ class Timeline:
         return {"label": self.label, "names": self.names, "bytes": self.bytes, "live": self.live}
 
 
-def plot_timelines(timelines, path, lower_bound=None, title="memory during one iteration"):
-    """Write a PNG: bytes in use per step (top) and live tensors per step (bottom)."""
+def _pyplot():
     try:
         import matplotlib
 
@@ -40,7 +39,35 @@ def plot_timelines(timelines, path, lower_bound=None, title="memory during one i
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise ImportError("plotting needs matplotlib: pip install 'nnmem[plot]'") from e
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=False)
+    return plt
+
+
+def draw_lanes(ax, lanes, title):
+    """Draw one step's compute and copy lanes (TransferEngine.lanes(): (lane, name, start,
+    end) in seconds) on a matplotlib axis: where copies ran beside compute, and where compute
+    stopped to wait for them."""
+    rows = {"compute": (10, "tab:blue"), "copy": (0, "tab:orange")}
+    for lane, (y, color) in rows.items():
+        spans = [
+            (start * 1e3, (end - start) * 1e3) for kind, _, start, end in lanes if kind == lane
+        ]
+        ax.broken_barh(spans, (y, 8), color=color)
+    ax.set_yticks([4, 14], ["copy", "compute"])
+    ax.set_xlabel("milliseconds into the step")
+    ax.set_title(title, fontsize="medium")
+
+
+def plot_timelines(
+    timelines, path, lower_bound=None, title="memory during one iteration", lanes=None
+):
+    """Write a PNG: bytes in use per step (top) and live tensors per step (bottom); with
+    `lanes` ({label: TransferEngine.lanes()}), a panel of compute and copy lanes for each."""
+    plt = _pyplot()
+    lanes = lanes or {}
+    fig, axes = plt.subplots(2 + len(lanes), 1, figsize=(9, 6 + 2 * len(lanes)), sharex=False)
+    top, bottom = axes[0], axes[1]
+    for ax, (label, step_lanes) in zip(axes[2:], lanes.items()):
+        draw_lanes(ax, step_lanes, label)
     for t in timelines:
         top.plot([b / 2**20 for b in t.bytes], label=f"{t.label} (peak {t.peak / 2**20:.1f} MiB)")
         bottom.plot(t.live, label=t.label)
