@@ -241,7 +241,7 @@ class CudaDevice(Device):
         return min(4 * self.pool.capacity, physical // 2)
 
     def queue_copy(self, dst, src, stream, label):
-        if cuda.is_cuda_array(dst):
+        if hasattr(dst, "copy_to_host"):  # a device array (real or simulated): host -> device
             dst.copy_to_device(src, stream=stream)
         else:
             src.copy_to_host(dst, stream=stream)

@@ -160,7 +160,7 @@ class TransferEngine:
             event.label = label  # named in the timeout's message
 
         def wait():
-            if not event.query():  # the copy is not done: the compute stream stalls
+            if not _reached(event):  # the copy is not done: the compute stream stalls
                 before.record(dev.compute_stream)
                 event.wait(dev.compute_stream)
                 after.record(dev.compute_stream)
@@ -200,8 +200,9 @@ class TransferEngine:
         """The last step's figures, after finish(): seconds of transfer and stall, overlap,
         bytes each way (kept in `last`, shown in memory_stats() as offload.*). The next step
         measures its own waits."""
-        transfer = sum(start.elapsed_time(end) for _, start, end in self.transfers) / 1e3
-        stall = sum(before.elapsed_time(after) for _, before, after in self.waits) / 1e3
+        # max(0, ...): Numba's CUDA simulator has events without clocks
+        transfer = sum(max(0.0, s.elapsed_time(e)) for _, s, e in self.transfers) / 1e3
+        stall = sum(max(0.0, b.elapsed_time(a)) for _, b, a in self.waits) / 1e3
         out = sum(n.fn.nbytes for n, _, _ in self.transfers if n.fn.direction == "out")
         back = sum(n.fn.nbytes for n, _, _ in self.transfers if n.fn.direction == "in")
         self.last = {
@@ -215,6 +216,12 @@ class TransferEngine:
         }
         self.waits = []
         return self.last
+
+
+def _reached(event):
+    """Has the event been reached? (Numba's CUDA simulator has no query: not known, so no.)"""
+    query = getattr(event, "query", None)
+    return query is not None and query()
 
 
 def _reads(node, block):
