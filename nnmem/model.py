@@ -303,13 +303,19 @@ class Model(Layer):
                 continue
             compiled.workspace_limit = limit
             return compiled, result
-        raise OutOfMemory(
+        error = OutOfMemory(
             request=too_large.needed,
             free_bytes=too_large.budget,
             largest_free_block=too_large.budget,
             capacity=too_large.budget,
             requester=f"{label} with offload='dyn' and direct convolutions (no workspace)",
         )
+        error.add_note(
+            f"offload='dyn' tried every policy and workspace: the smallest plan (offload='all', "
+            f"direct convolutions) needs {too_large.needed} bytes of pool, the budget is "
+            f"{too_large.budget}; raise the budget or use a smaller batch"
+        )
+        raise error
 
     # -- checkpoints in SINGA's format --------------------------------------------------------
     def save_states(self, fpath, aux_states=None):
