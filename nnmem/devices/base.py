@@ -31,6 +31,7 @@ from nnmem.interrupts import deferred_interrupts
 from nnmem.memory.arena import SharedArena
 from nnmem.memory.block import Block
 from nnmem.memory.cache import try_alloc
+from nnmem.memory.errors import TransferError
 from nnmem.memory.host import HostMemory
 from nnmem.memory.pool import ALIGNMENT, Pool
 from nnmem.memory.storage import HostStorage
@@ -201,12 +202,17 @@ class Device:
         if self.cache is not None and self.recorder is None and not self.dry_run:
             self.cache.consider(operator_name, [t.block for t in tensors])
 
-    def raise_copy_failure(self):
-        """Raise a failed copy of the copy stream now (the CPU's keeps it; a GPU's error is
-        raised by its next synchronisation)."""
+    def raise_copy_failure(self, label):
+        """Raise a failed copy of the copy stream now, as a TransferError naming `label` (what
+        was waited for), before a kernel reads the garbage it left. The CPU's copy stream keeps
+        its failure; a GPU's error is raised by its next synchronisation."""
         raise_failure = getattr(self.copy_stream, "raise_failure", None)
-        if raise_failure is not None:
+        if raise_failure is None:
+            return
+        try:
             raise_failure()
+        except Exception as e:
+            raise TransferError(f"{label} failed: {e}") from e
 
     def new_block(self, nbytes, desc=""):
         """A lazily allocated block of `nbytes` in this device's pool."""

@@ -29,9 +29,8 @@ class TransferEngine:
     def __init__(self, device, synchronous=False):
         self.device = device
         self.synchronous = synchronous
-        self.transfers = []  # (node, ready, start, end): the events of each transfer
+        self.transfers = []  # (node, start, done): the events around each transfer
         self.waits = []  # (label, before, after): events around the waits made this step
-        self.last = {}  # figures of the last step (see measure)
         self.trace = False  # record every call's start and end (lanes); set before calls()
         self._traced = []  # (lane, name, start event, end event) of each traced call
         self._origin = device.create_event()  # the start of the step, for lanes()
@@ -167,10 +166,7 @@ class TransferEngine:
                 self.waits.append((label, before, after))
             # a failed copy left garbage where the next kernel reads (a pooling's argmax is
             # an index: garbage writes out of bounds): raise before it runs
-            try:
-                dev.raise_copy_failure()
-            except Exception as e:
-                raise TransferError(f"{label} failed: {e}") from e
+            dev.raise_copy_failure(label)
 
         return wait
 
@@ -190,22 +186,20 @@ class TransferEngine:
         """Wait for every queued copy; raise a failed one as a TransferError."""
         try:
             self.device.copy_stream.synchronize()
-        except TransferError:
-            raise
         except Exception as e:
             raise TransferError(f"a copy between device and host memory failed: {e}") from e
 
     # -- figures --------------------------------------------------------------------------
     def measure(self):
         """The last step's figures, after finish(): seconds of transfer and stall, overlap,
-        bytes each way (kept in `last`, shown in memory_stats() as offload.*). The next step
-        measures its own waits."""
+        bytes each way (shown in memory_stats() as offload.*). The next step measures its own
+        waits."""
         # max(0, ...): Numba's CUDA simulator has events without clocks
         transfer = sum(max(0.0, s.elapsed_time(e)) for _, s, e in self.transfers) / 1e3
         stall = sum(max(0.0, b.elapsed_time(a)) for _, b, a in self.waits) / 1e3
         out = sum(n.fn.nbytes for n, _, _ in self.transfers if n.fn.direction == "out")
         back = sum(n.fn.nbytes for n, _, _ in self.transfers if n.fn.direction == "in")
-        self.last = {
+        figures = {
             "offload.mode": "sync" if self.synchronous else "async",
             "offload.tensors": len(self.transfers) // 2,
             "offload.bytes_to_host": out,
@@ -215,7 +209,7 @@ class TransferEngine:
             "offload.overlap": 1.0 - stall / transfer if transfer > 0 else 1.0,
         }
         self.waits = []
-        return self.last
+        return figures
 
 
 def _reached(event):

@@ -48,16 +48,14 @@ def is_conv(node):
 
 class Transfer:
     """What a transfer node does: copy `block`'s values between device and host memory.
-    ``direction`` is "out" (device -> host, a copy-out) or "in" (host -> device, a prefetch);
-    the executor's engine runs it on the copy stream (engine.py)."""
+    ``direction`` is "out" (device -> host, a copy-out) or "in" (host -> device, a prefetch).
+    It is a description, not a kernel: the executor's engine queues the copy on the copy
+    stream (engine.py)."""
 
     __slots__ = ("direction", "desc", "nbytes")
 
     def __init__(self, direction, desc, nbytes):
         self.direction, self.desc, self.nbytes = direction, desc, nbytes
-
-    def __call__(self, dst, src):
-        dst[...] = src  # the plain copy (a device without streams, or a test)
 
     def __repr__(self):
         return f"<Transfer {self.direction} {self.desc}>"

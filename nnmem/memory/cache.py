@@ -26,7 +26,7 @@ The cache moves bytes, never changes them: losses are identical with the cache o
 import time
 from collections import OrderedDict
 
-from nnmem.memory.errors import OutOfMemory, TransferError
+from nnmem.memory.errors import OutOfMemory
 
 __all__ = ["TensorCache"]
 
@@ -198,10 +198,7 @@ class TensorCache:
         """Wait for a copy and raise its failure, if it failed (the copy stream keeps it)."""
         start = time.perf_counter()
         event.synchronize()
-        try:
-            self.device.raise_copy_failure()
-        except Exception as e:
-            raise TransferError(f"{label} failed: {e}") from e
+        self.device.raise_copy_failure(label)
         self.counters["cache.stall_seconds"] += time.perf_counter() - start
 
     def stats(self):
