@@ -16,6 +16,7 @@ from cuda_testutil import (
     to_device,
 )
 
+from nnmem import autograd, device, layer, model, opt, tensor
 from nnmem.kernels import counter_rng
 
 pytestmark = [needs_device, pytest.mark.usefixtures("launches_match_the_registry")]
@@ -250,3 +251,99 @@ def test_adam_update_reads_the_step_count_on_the_device(rng, finished):
     args = [param, grad, m, v, steps, 1e-2, 0.9, 0.999, 1e-8, 1e-4]
     _, got = run_twins("adam_update", args, writes=[0, 2, 3, 4])
     assert got[3].tolist() == [finished]  # only read: the caller increments it
+
+
+# Decay schedules (init, rate, period, staircase), read by every thread at steps[0].
+LR_SCHEDULE = (0.1, 0.5, 2.0, True)
+RATE_SCHEDULE = (0.9, 0.95, 1.0, False)
+
+
+@pytest.mark.parametrize("finished", [0, 5])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_rmsprop_and_adagrad_optimiser_updates_read_schedules_at_the_step_count(
+    rng, finished, dtype
+):
+    param, grad = (_randn(rng, 257, dtype) for _ in range(2))
+    state = np.abs(_randn(rng, 257, dtype))
+    steps = np.array([finished], np.int32)
+    args = [param, grad, state, steps, LR_SCHEDULE, RATE_SCHEDULE, 1e-6, 1e-3]
+    _, got = run_twins("rmsprop_update", args, writes=[0, 2, 3], dtype=dtype)
+    assert got[2].tolist() == [finished]  # only read
+    args = [param, grad, state, steps, LR_SCHEDULE, 1e-6, 1e-3]
+    _, got = run_twins("adagrad_update", args, writes=[0, 2, 3], dtype=dtype)
+    assert got[2].tolist() == [finished]
+
+
+@pytest.mark.parametrize("finished", [0, 5])
+def test_sgd_and_adam_optimiser_updates_read_schedules_at_the_step_count(rng, finished):
+    param, grad, buf = (_randn(rng, 257) for _ in range(3))
+    v = np.abs(_randn(rng, 257))
+    steps = np.array([finished], np.int32)
+    args = [param, grad, buf, LR_SCHEDULE, RATE_SCHEDULE, 0.1, 1e-3, False, steps]
+    run_twins("sgd_update", args, writes=[0, 1, 2])
+    args = [param, grad, buf, v, steps, LR_SCHEDULE, RATE_SCHEDULE, 0.999, 1e-8, 1e-4]
+    run_twins("adam_update", args, writes=[0, 2, 3])
+
+
+class _Scaled(layer.Layer):
+    """y = W * x elementwise: backward from y (with ones) gives W the gradient x."""
+
+    def __init__(self, w0):
+        super().__init__()
+        self.w0 = w0
+
+    def initialize(self, x):
+        self.W = tensor.Tensor(x.shape, x.device, x.dtype, stores_grad=True)
+        self.W.copy_from_numpy(self.w0)
+
+    def forward(self, x):
+        return autograd.mul(self.W, x)
+
+
+class _GradientIsInput(model.Model):
+    def __init__(self, w0):
+        super().__init__()
+        self.scaled = _Scaled(w0)
+
+    def forward(self, x):
+        return self.scaled(x)
+
+    def train_one_batch(self, x):
+        y = self.forward(x)
+        self.optimizer(y)
+        return y
+
+
+def _train_on_gradients(dev, optimizer, w0, grads, use_graph):
+    """W after one optimizer step per gradient on `dev`."""
+    m = _GradientIsInput(w0)
+    m.set_optimizer(optimizer)
+    tx = tensor.PlaceHolder(w0.shape, dev)
+    m.compile([tx], is_train=True, use_graph=use_graph)
+    for g in grads:
+        tx.copy_from_numpy(g)
+        m(tx)
+    return tensor.to_numpy(m.scaled.W)
+
+
+@pytest.mark.parametrize("use_graph", [False, True], ids=["eager", "graph"])
+def test_optimisers_with_schedules_on_the_cuda_device_match_the_cpu(rng, use_graph):
+    """On a GPU a replayed step is one CUDA graph: the schedules must follow the step count it
+    reads on the device, not the values of the step that was captured."""
+
+    def lr():
+        return opt.ExponentialDecay(0.05, 2, 0.5, staircase=True)
+
+    optimizers = [
+        lambda: opt.SGD(lr=lr(), momentum=opt.ExponentialDecay(0.9, 1, 0.8), weight_decay=1e-2),
+        lambda: opt.Adam(lr=lr(), beta_1=opt.ExponentialDecay(0.9, 3, 0.9)),
+        lambda: opt.RMSProp(lr=lr(), rho=0.8, weight_decay=1e-3),
+        lambda: opt.AdaGrad(lr=lr(), epsilon=1e-6),
+    ]
+    w0 = _randn(rng, (3, 5))
+    grads = [_randn(rng, (3, 5)) for _ in range(6)]
+    for make in optimizers:
+        on_cpu = _train_on_gradients(device.create_cpu_device("1MiB"), make(), w0, grads, use_graph)
+        on_gpu = _train_on_gradients(device.create_cuda_gpu("1MiB"), make(), w0, grads, use_graph)
+        assert_close(on_gpu, on_cpu)
+        assert not np.allclose(on_cpu, w0)

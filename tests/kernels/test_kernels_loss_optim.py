@@ -5,10 +5,12 @@ import pytest
 from kernel_testutil import assert_close64
 
 from nnmem.kernels.cpu import (
+    adagrad_update,
     adam_update,
     matmul,
     mse_backward,
     mse_forward,
+    rmsprop_update,
     sgd_update,
     softmax_cross_entropy_backward,
     softmax_cross_entropy_backward_onehot,
@@ -180,7 +182,112 @@ def test_optim_float32(rng):
     sgd_update(p, g, buf, 0.1, 0.9, 0.0, 0.0, False)
     m, v = np.zeros(8, np.float32), np.zeros(8, np.float32)
     adam_update(p, g, m, v, np.zeros(1, np.int32), 1e-3, 0.9, 0.999, 1e-8, 0.0)
+    avg, hist = np.zeros(8, np.float32), np.zeros(8, np.float32)
+    rmsprop_update(p, g, avg, np.zeros(1, np.int32), LR, 0.9, 1e-8, 0.0)
+    adagrad_update(p, g, hist, np.zeros(1, np.int32), LR, 1e-8, 0.0)
     assert p.dtype == np.float32 and np.isfinite(p).all()
+
+
+def decayed(schedule, s):
+    """A (init, rate, period, staircase) schedule's value after s steps, as SINGA computes it."""
+    init, rate, period, staircase = schedule
+    return init * rate ** ((s // period) if staircase else (s / period))
+
+
+LR = (0.1, 0.5, 2.0, True)  # halved every 2 steps
+RHO = (0.9, 0.95, 1.0, False)  # a schedule on a rate other than lr
+
+
+def test_rmsprop(rng):
+    p = rng.standard_normal(11)
+    p_ref = p.copy()
+    avg = np.zeros(11)
+    avg_ref = avg.copy()
+    eps, wd = 1e-6, 1e-3
+    for s in range(5):
+        g = rng.standard_normal(11)
+        g_copy = g.copy()
+        steps = np.array([s], np.int32)
+        rmsprop_update(p, g, avg, steps, LR, RHO, eps, wd)
+        gg = g + wd * p_ref
+        rho = decayed(RHO, s)
+        avg_ref = rho * avg_ref + (1 - rho) * gg * gg
+        p_ref -= decayed(LR, s) * gg / np.sqrt(avg_ref + eps)
+        np.testing.assert_array_equal(g, g_copy)  # grad untouched
+        assert steps[0] == s  # the count is only read
+        assert_close64(p, p_ref)
+        assert_close64(avg, avg_ref)
+
+
+def test_adagrad(rng):
+    p = rng.standard_normal(10)
+    p_ref = p.copy()
+    hist = np.zeros(10)
+    hist_ref = hist.copy()
+    eps, wd = 1e-6, 1e-3
+    for s in range(5):
+        g = rng.standard_normal(10)
+        g_copy = g.copy()
+        adagrad_update(p, g, hist, np.array([s], np.int32), LR, eps, wd)
+        gg = g + wd * p_ref
+        hist_ref = hist_ref + gg * gg
+        p_ref -= decayed(LR, s) * gg / np.sqrt(hist_ref + eps)
+        np.testing.assert_array_equal(g, g_copy)
+        assert_close64(p, p_ref)
+        assert_close64(hist, hist_ref)
+
+
+def test_sgd_and_adam_read_schedules_at_the_step_count(rng):
+    p = rng.standard_normal(7)
+    p_ref, p_adam, p_adam_ref = p.copy(), p.copy(), p.copy()
+    buf, m, v = np.zeros(7), np.zeros(7), np.zeros(7)
+    buf_ref, m_ref, v_ref = buf.copy(), m.copy(), v.copy()
+    momentum = (0.9, 0.5, 3.0, False)
+    for s in range(4):
+        g = rng.standard_normal(7)
+        steps = np.array([s], np.int32)
+        sgd_update(p, g, buf, LR, momentum, 0.1, 0.0, False, steps)
+        ref_sgd(p_ref, g, buf_ref, decayed(LR, s), decayed(momentum, s), 0.1, 0.0, False)
+        assert_close64(p, p_ref)
+        assert_close64(buf, buf_ref)
+        adam_update(p_adam, g, m, v, steps, LR, RHO, 0.999, 1e-8, 0.0)
+        b1 = decayed(RHO, s)
+        m_ref = b1 * m_ref + (1 - b1) * g
+        v_ref = 0.999 * v_ref + 0.001 * g * g
+        c1, c2 = 1 - b1 ** (s + 1), 1 - 0.999 ** (s + 1)
+        p_adam_ref -= decayed(LR, s) * (m_ref / c1) / (np.sqrt(v_ref / c2) + 1e-8)
+        assert_close64(p_adam, p_adam_ref)
+
+
+@pytest.mark.parametrize(
+    "kernel, n_states, hyper",
+    [
+        (rmsprop_update, 1, [0.1, 0.9, 1e-8, 1e-3]),
+        (adagrad_update, 1, [0.1, 1e-8, 1e-3]),
+        (adam_update, 2, [0.1, 0.9, 0.999, 1e-8, 1e-3]),
+    ],
+)
+def test_a_constant_schedule_is_the_number_exactly(rng, kernel, n_states, hyper):
+    p, g = rng.standard_normal(6), rng.standard_normal(6)
+    steps = np.array([123], np.int32)
+    results = []
+    for args in (hyper, [(h, 1.0, 7.0, False) for h in hyper]):
+        q, states = p.copy(), [np.zeros(6) for _ in range(n_states)]
+        kernel(q, g, *states, steps, *args)
+        results.append([q, *states])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_step_count_is_checked(rng):
+    p, g, avg = np.ones(3), np.ones(3), np.zeros(3)
+    with pytest.raises(ValueError, match="must not be negative"):
+        rmsprop_update(p, g, avg, np.array([-1], np.int32), LR, 0.9, 1e-8, 0.0)
+    with pytest.raises(ValueError, match="one number"):
+        adagrad_update(p, g, avg, np.zeros(2, np.int32), LR, 1e-8, 0.0)
+    with pytest.raises(ValueError, match="same size"):
+        adagrad_update(p, g, np.zeros(4), np.zeros(1, np.int32), 0.1, 1e-8, 0.0)
+    np.testing.assert_array_equal(p, 1.0)
 
 
 def test_matmul(rng):
