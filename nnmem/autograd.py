@@ -13,6 +13,7 @@ import types
 
 from nnmem import operation
 from nnmem.operation import SAME, Operator, constant, name_scope  # noqa: F401 (SINGA's names)
+from nnmem.operation import Operator as Operation  # noqa: F401 (SINGA's older name)
 from nnmem.ops import *  # noqa: F401,F403  (autograd.relu, autograd.conv2d, ...)
 from nnmem.ops.arith import Add
 
@@ -82,6 +83,11 @@ def backward(y, dy=None):
                     yield leaf, grads.pop(leaf)[0]
                 else:
                     ready.append(creator)
+
+
+def gradients(y, dy=None):
+    """{parameter: gradient} for every parameter that `y` depends on (SINGA's)."""
+    return dict(backward(y, dy))
 
 
 def _accumulate(total, dx):

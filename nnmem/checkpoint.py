@@ -39,7 +39,7 @@ import numpy as np
 
 from nnmem.interrupts import deferred_interrupts
 from nnmem.memory.units import format_bytes
-from nnmem.tensor import Tensor, _check_dtype, from_numpy, to_numpy
+from nnmem.tensor import Tensor, check_dtype, from_numpy, to_numpy
 
 TENSOR_DICT_FILENAME = "tensor_dict.npz"
 STATES_ATTR_FILENAME = "states_attr.json"
@@ -379,7 +379,7 @@ def _check_aux_states(fpath, states, dev):
     aux = {name: s for name, s in states.items() if s.kind == AUX_STATE_TYPE}
     for name, s in aux.items():
         try:
-            _check_dtype(s.dtype)
+            check_dtype(s.dtype)
         except TypeError as e:
             raise CheckpointError(
                 f"{fpath}: the auxiliary state {name!r} cannot be loaded: {e}, then save it again"

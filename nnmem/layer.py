@@ -5,6 +5,7 @@ device (so ``Linear(500)`` needs no input size). Sub-layers and tensors assigned
 are registered in assignment order, and named with dots: ``conv1.W``, ``bn1.running_mean``.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -16,6 +17,13 @@ from nnmem.tensor import Tensor, to_numpy
 
 class Layer:
     sep = "."
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass's forward initialises the layer on its first call, as SINGA's LayerMeta
+        does: models call self.forward(x) directly from train_one_batch."""
+        super().__init_subclass__(**kwargs)
+        if "forward" in cls.__dict__:
+            cls.forward = _initialising(cls.__dict__["forward"])
 
     def __init__(self):
         self.__dict__.update(
@@ -65,14 +73,30 @@ class Layer:
         raise NotImplementedError
 
     def __call__(self, *inputs, **kwargs):
-        if not self._initialized:
-            self.initialize(*inputs)
-            self.__dict__["_initialized"] = True
+        self._initialize_once(inputs)
         name = self.full_name()
         if not name:
             return self.forward(*inputs, **kwargs)
         with autograd.name_scope(name):
             return self.forward(*inputs, **kwargs)
+
+    def device_check(self, *inputs):
+        """Move every tensor to the first one's device (SINGA: a layer's inputs and parameters
+        must share a device)."""
+        for t in inputs[1:]:
+            if t.device is not inputs[0].device:
+                t.to_device(inputs[0].device)
+
+    def dtype_check(self, *inputs):
+        """Convert every tensor to the first one's dtype, in place (SINGA)."""
+        for t in inputs[1:]:
+            if t.dtype != inputs[0].dtype:
+                t.to_type(inputs[0].dtype)
+
+    def _initialize_once(self, inputs):
+        if not self._initialized:
+            self.initialize(*inputs)
+            self.__dict__["_initialized"] = True
 
     # -- parameters and states ------------------------------------------------------------------
     def _named(self, kind, prefix=""):
@@ -112,6 +136,15 @@ class Layer:
                 raise ValueError(f"{k}: value of shape {a.shape}, parameter has {mine[k].shape}")
         for k, a in arrays.items():
             mine[k].copy_from_numpy(a.astype(mine[k].dtype, copy=False))
+
+
+def _initialising(forward):
+    @functools.wraps(forward)
+    def run(self, *inputs, **kwargs):
+        self._initialize_once(inputs)
+        return forward(self, *inputs, **kwargs)
+
+    return run
 
 
 def _to_numpy(t):
@@ -170,7 +203,8 @@ class Conv2d(Layer):
     """2-D convolution. Conv2d(nb_kernels, kernel_size, ...) or Conv2d(in_channels, nb_kernels,
     kernel_size, stride, padding) (SINGA). activation="RELU" appends a ReLU. algorithm is
     "auto" (the faster of gemm, its workspace sized to the free memory, and direct: timed at
-    the first run), "gemm" or "direct"."""
+    the first run), "gemm" or "direct". group=g splits channels and filters into g groups
+    (W is (nb_kernels, C/g, KH, KW); runs the direct kernels)."""
 
     def __init__(
         self,
@@ -195,11 +229,14 @@ class Conv2d(Layer):
             stride = args[1]
         if len(args) > 2:
             padding = args[2]
-        if dilation != 1 or group != 1 or pad_mode != "NOTSET":
+        if dilation != 1 or pad_mode != "NOTSET":
             raise NotImplementedError(
-                "Conv2d: dilation, group and pad_mode are not supported yet;"
-                " use dilation=1, group=1 and explicit padding"
+                "Conv2d: dilation and pad_mode are not supported yet;"
+                " use dilation=1 and explicit padding"
             )
+        if not isinstance(group, int) or group < 1:
+            raise ValueError(f"Conv2d: group must be a positive int, not {group!r}")
+        self.group = group
         if activation not in ("NOTSET", "RELU"):
             raise ValueError(f"Conv2d: activation {activation!r}; use 'RELU' or 'NOTSET'")
         self.nb_kernels, self.kernel_size = nb_kernels, pair(kernel_size)
@@ -218,9 +255,15 @@ class Conv2d(Layer):
                 f"channels but the input {x.shape} has {x.shape[1]}"
             )
         self.in_channels = x.shape[1]
+        g = self.group
+        if self.in_channels % g or self.nb_kernels % g:
+            raise ValueError(
+                f"{self.full_name() or 'Conv2d'}: group={g} must divide the {self.in_channels} "
+                f"input channels and the {self.nb_kernels} filters"
+            )
         kh, kw = self.kernel_size
         std = math.sqrt(2.0 / (self.in_channels * kh * kw + self.nb_kernels))
-        self.W = _param((self.nb_kernels, self.in_channels, kh, kw), x)
+        self.W = _param((self.nb_kernels, self.in_channels // g, kh, kw), x)
         self.W.gaussian(0.0, std)
         if self.bias:
             self.b = _param((self.nb_kernels,), x)
@@ -232,17 +275,21 @@ class Conv2d(Layer):
                 f"{self.full_name() or 'Conv2d'}: input of shape {x.shape}, expected "
                 f"(N, {self.in_channels}, H, W)"
             )
-        y = autograd.conv2d(
-            x, self.W, self.b if self.bias else None, self.stride, self.padding, self.algorithm
-        )
+        b = self.b if self.bias else None
+        y = autograd.conv2d(x, self.W, b, self.stride, self.padding, self.algorithm, self.group)
         return autograd.relu(y) if self.activation == "RELU" else y
 
 
-class _Pooling2d(Layer):
+class Pooling2d(Layer):
+    """Max (is_max=True) or average pooling over kernel_size windows; stride defaults to
+    kernel_size (SINGA's base class of MaxPool2d and AvgPool2d)."""
+
     is_max = True
 
-    def __init__(self, kernel_size, stride=None, padding=0, **kwargs):
+    def __init__(self, kernel_size, stride=None, padding=0, is_max=None, **kwargs):
         super().__init__()
+        if is_max is not None:
+            self.is_max = is_max
         self.kernel_size = pair(kernel_size)
         self.stride = self.kernel_size if stride is None else pair(stride)
         self.padding = pair(padding)
@@ -251,12 +298,42 @@ class _Pooling2d(Layer):
         return autograd.pooling_2d(x, self.kernel_size, self.stride, self.padding, self.is_max)
 
 
-class MaxPool2d(_Pooling2d):
+class MaxPool2d(Pooling2d):
     """Max over kernel_size windows; stride defaults to kernel_size."""
 
 
-class AvgPool2d(_Pooling2d):
+class AvgPool2d(Pooling2d):
     """Mean over kernel_size windows (padded zeros count); stride defaults to kernel_size."""
+
+    is_max = False
+
+
+class MaxPool1d(Layer):
+    """Max over windows of `kernel_size` along the last axis of (N, C, L): the 2-D kernels on a
+    (N, C, 1, L) view."""
+
+    is_max = True
+
+    def __init__(self, kernel_size, stride=None, padding=0, **kwargs):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = kernel_size if stride is None else stride
+        self.padding = padding
+
+    def forward(self, x):
+        n, c, length = x.shape
+        y = autograd.pooling_2d(
+            autograd.reshape(x, (n, c, 1, length)),
+            (1, self.kernel_size),
+            (1, self.stride),
+            (0, self.padding),
+            self.is_max,
+        )
+        return autograd.reshape(y, (n, c, y.shape[-1]))
+
+
+class AvgPool1d(MaxPool1d):
+    """Mean over windows of `kernel_size` along the last axis of (N, C, L)."""
 
     is_max = False
 
@@ -338,9 +415,9 @@ class Add(Layer):
 
 
 class Cat(Layer):
-    """Concatenate tensors along `axis` (fan joins)."""
+    """Concatenate tensors along `axis` (fan joins; SINGA's default axis is 0)."""
 
-    def __init__(self, axis=1):
+    def __init__(self, axis=0):
         super().__init__()
         self.axis = axis
 
@@ -373,3 +450,204 @@ class LRN(Layer):
 
     def forward(self, x):
         return autograd.lrn(x, self.size, self.alpha, self.beta, self.k)
+
+
+class SeparableConv2d(Layer):
+    """Xception's separable convolution: a depthwise KxK convolution (one filter per input
+    channel, group = C) then a pointwise 1x1 convolution to nb_kernels channels.
+    SeparableConv2d(nb_kernels, kernel_size, stride=1, padding=0, bias=False) or
+    SeparableConv2d(in_channels, nb_kernels, kernel_size, stride, padding) (SINGA)."""
+
+    def __init__(self, nb_kernels, kernel_size, *args, stride=1, padding=0, bias=False):
+        super().__init__()
+        if args:
+            nb_kernels, kernel_size = kernel_size, args[0]
+        if len(args) > 1:
+            stride = args[1]
+        if len(args) > 2:
+            padding = args[2]
+        self.nb_kernels, self.kernel_size = nb_kernels, kernel_size
+        self.stride, self.padding, self.bias = stride, padding, bias
+
+    def initialize(self, x):
+        c = x.shape[1]
+        self.depthwise_conv = Conv2d(
+            c, self.kernel_size, stride=self.stride, padding=self.padding, group=c, bias=self.bias
+        )
+        self.point_conv = Conv2d(self.nb_kernels, 1, bias=self.bias)
+
+    def forward(self, x):
+        return self.point_conv(self.depthwise_conv(x))
+
+
+class Gemm(Layer):
+    """Y = alpha * A' B' + beta * C (ONNX's Gemm) with B = W the weights and C = b the bias:
+    A' = A^T if transA, B' = W^T if transB (SINGA's default: W is (nb_kernels, in_features))."""
+
+    def __init__(
+        self, nb_kernels, alpha=1.0, beta=1.0, transA=False, transB=True, bias=True,
+        bias_shape=None,
+    ):  # fmt: skip
+        super().__init__()
+        self.nb_kernels, self.alpha, self.beta = nb_kernels, alpha, beta
+        self.transA, self.transB = int(bool(transA)), int(bool(transB))
+        self.bias, self.bias_shape = bias, bias_shape
+
+    def initialize(self, x):
+        self.in_features = x.shape[0] if self.transA else x.shape[-1]
+        shape = (self.in_features, self.nb_kernels)
+        self.W = _param(shape[::-1] if self.transB else shape, x)
+        self.W.gaussian(0.0, math.sqrt(2.0 / (self.in_features + self.nb_kernels)))
+        if self.bias:
+            self.b = _param(tuple(self.bias_shape or (1, self.nb_kernels)), x)
+            self.b.set_value(0.0)
+
+    def forward(self, x):
+        b = self.b if self.bias else None
+        return autograd.gemm(x, self.W, b, self.alpha, self.beta, self.transA, self.transB)
+
+
+class Embedding(Layer):
+    """A table of input_dim rows of output_dim features, looked up by int32 ids:
+    (..., ) ids -> (..., output_dim). initializer: "gaussian" (N(0, 1)) or "uniform" (U[-1, 1))."""
+
+    def __init__(self, input_dim, output_dim, initializer="gaussian"):
+        super().__init__()
+        if initializer not in ("gaussian", "uniform"):
+            raise ValueError(f"Embedding: initializer {initializer!r}; 'gaussian' or 'uniform'")
+        self.input_dim, self.output_dim, self.initializer = input_dim, output_dim, initializer
+
+    def initialize(self, x):
+        self.W = Tensor(
+            (self.input_dim, self.output_dim), x.device, requires_grad=True, stores_grad=True
+        )
+        if self.initializer == "uniform":
+            self.W.uniform(-1.0, 1.0)
+        else:
+            self.W.gaussian(0.0, 1.0)
+
+    def from_pretrained(self, W, freeze=True):
+        """Take the table from W (a Tensor or array); freeze: no gradient flows into it."""
+        self._set({"W": self.W}, {"W": W})
+        self.W.requires_grad = not freeze
+
+    def forward(self, x):
+        return autograd.embedding(x, self.W)
+
+
+class SoftMax(Layer):
+    """softmax over axis 1 (SINGA's layer)."""
+
+    def forward(self, x):
+        return autograd.softmax(x)
+
+
+class CrossEntropy(Layer):
+    """-sum(t * log(x)) / batch for probabilities x (after a SoftMax)."""
+
+    def forward(self, x, t):
+        return autograd.cross_entropy(x, t)
+
+
+class BinaryCrossEntropy(Layer):
+    """-sum(t log(x) + (1 - t) log(1 - x)) / batch for probabilities x (after a Sigmoid)."""
+
+    def forward(self, x, t):
+        return autograd.binary_cross_entropy(x, t)
+
+
+class Reshape(Layer):
+    """x viewed with another shape (no copy): layer(x, shape)."""
+
+    def forward(self, x, shape):
+        return autograd.reshape(x, tuple(shape))
+
+
+class RNN(Layer):
+    """Elman RNN over a list of time steps: h_t = tanh(x_t Wx + h_{t-1} Wh + b) (or relu).
+    layer(xs, h0) -> ([h_1, ..., h_T], h_T), xs a list of (batch, input_size) tensors.
+    Unrolled: every step is its own operators, so the graph, liveness and recomputation see
+    each step's tensors (the tanh outputs are cheap to rebuild in backward)."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
+                 batch_first=False, dropout=0, bidirectional=False):  # fmt: skip
+        super().__init__()
+        _single_layer("RNN", num_layers, batch_first, dropout, bidirectional)
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"RNN: nonlinearity {nonlinearity!r}; 'tanh' or 'relu'")
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.nonlinearity, self.bias = nonlinearity, bias
+
+    def initialize(self, xs, h0):
+        self.Wx = _param((self.input_size, self.hidden_size), xs[0])
+        self.Wx.gaussian(0.0, 1.0)
+        self.Wh = _param((self.hidden_size, self.hidden_size), xs[0])
+        self.Wh.gaussian(0.0, 1.0)
+        self.b = _param((self.hidden_size,), xs[0])
+        self.b.set_value(0.0)
+
+    def forward(self, xs, h0):
+        out, h = [], h0
+        for x in xs:
+            y = autograd.add(autograd.matmul(h, self.Wh), autograd.matmul(x, self.Wx))
+            y = autograd.add_bias(y, self.b)
+            h = autograd.tanh(y) if self.nonlinearity == "tanh" else autograd.relu(y)
+            out.append(h)
+        return out, h
+
+
+class LSTM(Layer):
+    """LSTM over a list of time steps (SINGA's equations and parameter names):
+        i = sigmoid(x Wx_i + Bx_i + h Wh_i + Bh_i), and f, o likewise; g = tanh(...)
+        c' = f * c + i * g,  h' = o * tanh(c')
+    layer(xs, (h0, c0)) -> ([h_1, ..., h_T], h_T, c_T). Unrolled over time: the four gates of
+    every step are tensors of their own, which recomputation can drop after forward and rebuild
+    in backward (sigmoid and tanh are cheap), the LSTM's memory lesson."""
+
+    GATES = ("i", "f", "o", "g")
+
+    def __init__(self, input_size, hidden_size, nonlinearity="tanh", num_layers=1, bias=True,
+                 batch_first=False, dropout=0, bidirectional=False):  # fmt: skip
+        super().__init__()
+        _single_layer("LSTM", num_layers, batch_first, dropout, bidirectional)
+        self.input_size, self.hidden_size = input_size, hidden_size
+
+    def initialize(self, xs, h0_c0):
+        x, n, h = xs[0], self.input_size, self.hidden_size
+        for kind, shape in (("Wx", (n, h)), ("Wh", (h, h))):
+            for gate in self.GATES:
+                setattr(self, f"{kind}_{gate}", _param(shape, x))
+                getattr(self, f"{kind}_{gate}").gaussian(0.0, 0.01)
+        for kind in ("Bx", "Bh"):
+            for gate in self.GATES:
+                setattr(self, f"{kind}_{gate}", _param((h,), x))
+                getattr(self, f"{kind}_{gate}").set_value(0.0)
+
+    def _gate(self, gate, x, h):
+        y1 = autograd.add_bias(
+            autograd.matmul(x, getattr(self, f"Wx_{gate}")), getattr(self, f"Bx_{gate}")
+        )
+        y2 = autograd.add_bias(autograd.matmul(h, getattr(self, f"Wh_{gate}")),
+                               getattr(self, f"Bh_{gate}"))  # fmt: skip
+        y = autograd.add(y1, y2)
+        return autograd.tanh(y) if gate == "g" else autograd.sigmoid(y)
+
+    def forward(self, xs, h0_c0):
+        h, c = h0_c0
+        out = []
+        for x in xs:
+            i, f, o, g = (self._gate(gate, x, h) for gate in self.GATES)
+            c = autograd.add(autograd.mul(f, c), autograd.mul(i, g))
+            h = autograd.mul(o, autograd.tanh(c))
+            out.append(h)
+        return out, h, c
+
+
+def _single_layer(name, num_layers, batch_first, dropout, bidirectional):
+    """SINGA's Python RNN and LSTM accept these arguments and ignore them; refuse instead of
+    silently building a different network."""
+    if num_layers != 1 or batch_first or dropout or bidirectional:
+        raise NotImplementedError(
+            f"{name}: one layer, time-major, no dropout, one direction (as SINGA's Python "
+            "layer computes); stack layers yourself for more"
+        )

@@ -65,6 +65,8 @@ class Operator:
     reference to any tensor, and its own bookkeeping alone decides when a block is dead.
     """
 
+    differentiable = True
+
     def __init__(self, name=None):
         self.name = name or type(self).__name__
         self.src = []  # per input: (creator op or None, output index, leaf param or None)
@@ -85,7 +87,7 @@ class Operator:
                 )
         # A leaf that does not store its gradient (an input batch) never receives one, so its
         # gradient is not computed at all (conv1 skips its backward-data pass).
-        training = is_training()
+        training = is_training() and self.differentiable
         self.needs_grad = tuple(
             training and x.requires_grad and (x.creator is not None or x.stores_grad) for x in xs
         )

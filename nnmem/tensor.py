@@ -11,17 +11,19 @@ import numpy as np
 
 from nnmem import device as _device
 
+float16 = np.dtype(np.float16)  # storage only: kernels compute in float32 (devices/half.py)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
 int32 = np.dtype(np.int32)
-_DTYPES = (float32, float64, int32, np.dtype(np.int64))  # int64: internal counters only
+_DTYPES = (float16, float32, float64, int32, np.dtype(np.int64))  # int64: internal counters
 
 
-def _check_dtype(dtype):
+def check_dtype(dtype):
+    """`dtype` as a NumPy dtype, or a TypeError when nnmem tensors cannot hold it."""
     dtype = np.dtype(dtype)
     if dtype not in _DTYPES:
         raise TypeError(
-            f"nnmem tensors hold float32, float64 or int32, not {dtype}; "
+            f"nnmem tensors hold float16, float32, float64 or int32, not {dtype}; "
             "convert the data with .astype(np.float32) (or np.int32 for labels)"
         )
     return dtype
@@ -53,7 +55,7 @@ class Tensor:
         self.shape = tuple(int(s) for s in shape)
         if any(s < 0 for s in self.shape):
             raise ValueError(f"a tensor shape cannot have negative sizes: {self.shape}")
-        self.dtype = _check_dtype(dtype)
+        self.dtype = check_dtype(dtype)
         self.device = device if device is not None else _device.get_default_device()
         self.requires_grad = requires_grad
         self.stores_grad = stores_grad
@@ -116,22 +118,26 @@ class Tensor:
         return self.device.write_from_host(self, write)
 
     def copy_from_numpy(self, np_array, offset=0):
-        """Copy a NumPy array of exactly this tensor's shape into it.
+        """Copy a NumPy array with as many elements as this tensor into it (row by row, as
+        SINGA: a (64, 784) batch fills a (64, 1, 28, 28) tensor).
 
-        The dtype must be this tensor's, or convert without loss (e.g. uint8 -> float32, or
-        int64 labels that fit in int32); anything else is refused rather than silently rounded.
+        The dtype must be this tensor's, or convert without loss: uint8 -> float32, int64
+        labels that fit in int32, float labels that are whole numbers (SINGA's examples copy
+        float one-hot rows into int tensors); anything else (0.5 into an int, 1e40 into a
+        float32) is refused rather than silently rounded.
         """
         a = np.asarray(np_array)
         if offset != 0:
             raise ValueError(
                 "copy_from_numpy(offset=...) is not supported; slice the array instead"
             )
-        if a.shape != self.shape:
+        if a.size != self.size():
             raise ValueError(
-                f"copy_from_numpy: array of shape {a.shape} into {self._label()} of shape "
-                f"{self.shape}; reshape the array (a.reshape{self.shape}) or make a tensor of "
-                f"shape {a.shape}"
+                f"copy_from_numpy: array of shape {a.shape} ({a.size} elements) into "
+                f"{self._label()} of shape {self.shape} ({self.size()}); give an array with "
+                f"as many elements, or make a tensor of shape {a.shape}"
             )
+        a = a.reshape(self.shape)  # SINGA copies any array of the same size, row by row
         if a.dtype != self.dtype and not _lossless(a, self.dtype):
             raise TypeError(
                 f"copy_from_numpy: array of dtype {a.dtype} into {self._label()} of dtype "
@@ -141,8 +147,24 @@ class Tensor:
         return self._host_write(lambda array: array.__setitem__(Ellipsis, a))
 
     def copy_data(self, t):
-        """Copy the data of tensor `t` (same shape) into this tensor."""
-        return self.copy_from_numpy(to_numpy(t))
+        """Copy the data of tensor `t` (same number of elements) into this tensor.
+
+        On one device with one dtype it is a device operation (no trip through the host), so a
+        recorded step replays it: SINGA's char-RNN keeps its LSTM state this way."""
+        if t.device is not self.device or t.dtype != self.dtype:
+            return self.copy_from_numpy(to_numpy(t).astype(self.dtype, copy=False))
+        if t.size() != self.size():
+            raise ValueError(
+                f"copy_data: {t.shape} into {self._label()} of shape {self.shape}: the sizes differ"
+            )
+        copy = self.device.kernels.copy
+        self.device.exec(
+            lambda dst, src: copy(dst.reshape(-1), src.reshape(-1)),
+            reads=(t,),
+            writes=(self,),
+            name=f"copy into {self._label()}",
+        )
+        return self
 
     def set_value(self, x):
         """Fill every element with the scalar `x`; returns self."""
@@ -162,6 +184,9 @@ class Tensor:
             raise TypeError(f"random fills need a float tensor, this one is {self.dtype}")
 
         def fill(a):
+            if a.dtype == float16:  # NumPy draws float32 or float64 only
+                a[...] = draw(size=a.shape, dtype=float32) * scale + shift
+                return
             draw(out=a.reshape(-1), dtype=self.dtype)
             a *= scale
             a += shift
@@ -181,11 +206,17 @@ class Tensor:
 
 
 def _lossless(a, dtype):
+    """Whether every value of `a` survives conversion to `dtype` exactly: a safe cast, or
+    integers (or whole-number floats, SINGA's one-hot labels) that fit an int dtype. Floats are
+    never narrowed (float64 -> float32 rounds: convert the batch yourself)."""
     if np.can_cast(a.dtype, dtype, "safe"):
         return True
-    if a.dtype.kind in "iu" and dtype.kind == "i":
+    if dtype.kind == "i" and a.dtype.kind in "iuf":
+        if a.size == 0:
+            return True
         info = np.iinfo(dtype)
-        return a.size == 0 or (int(a.min()) >= info.min and int(a.max()) <= info.max)
+        whole = a.dtype.kind != "f" or bool(np.all(np.floor(a) == a))
+        return whole and float(a.min()) >= info.min and float(a.max()) <= info.max
     return False
 
 
@@ -197,8 +228,19 @@ class PlaceHolder(Tensor):
 
 
 def from_numpy(np_array, dev=None):
-    """A new tensor on `dev` holding a copy of `np_array`."""
+    """A new tensor on `dev` holding a copy of `np_array`. As SINGA, 64-bit integers become
+    int32 (refused if a value does not fit) and bools float32; float64 stays float64 (nnmem
+    keeps it, for exact gradient checks)."""
     a = np.asarray(np_array)
+    if a.dtype.kind in "iu" and a.dtype != int32:
+        if not _lossless(a, int32):
+            raise TypeError(
+                f"from_numpy: {a.dtype} values beyond the int32 range; nnmem's integer "
+                "tensors are int32 (as SINGA's)"
+            )
+        a = a.astype(int32)
+    elif a.dtype.kind == "b":
+        a = a.astype(float32)
     return Tensor(a.shape, dev, a.dtype, data=a, requires_grad=False)
 
 

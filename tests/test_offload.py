@@ -54,7 +54,8 @@ def test_offloading_combines_with_recomputation(name):
     make, shape = MODELS[name]
     data = batches(shape, 3)
     reference = train(make(), data, use_graph=True)
-    result, step = compiled(make(), data, offload="all", recompute="cost-aware")
+    # "memory": cost-aware would drop recomputations that do not lower the offloaded peak
+    result, step = compiled(make(), data, offload="all", recompute="memory")
     assert step.offloaded > 0 and step.recomputations > 0
     assert_identical(reference, result)
     # recomputations read the prefetched checkpoints, never the offloaded originals

@@ -44,11 +44,28 @@ def test_copy_from_numpy_round_trip_and_to_numpy_is_a_copy(dev):
     np.testing.assert_array_equal(tensor.to_numpy(t), a)
 
 
-def test_copy_from_numpy_rejects_a_wrong_shape_and_keeps_the_data(dev):
+def test_copy_from_numpy_rejects_a_wrong_size_and_keeps_the_data(dev):
     t = tensor.from_numpy(np.ones((2, 3), np.float32), dev)
-    with pytest.raises(ValueError, match=r"shape \(3, 2\).*reshape"):
-        t.copy_from_numpy(np.zeros((3, 2), np.float32))
+    with pytest.raises(ValueError, match=r"shape \(3, 3\) \(9 elements\).*as many elements"):
+        t.copy_from_numpy(np.zeros((3, 3), np.float32))
     np.testing.assert_array_equal(tensor.to_numpy(t), np.ones((2, 3)))
+
+
+def test_copy_from_numpy_takes_the_same_size_in_another_shape_as_singa(dev):
+    t = tensor.Tensor((2, 1, 3), dev)
+    t.copy_from_numpy(np.arange(6, dtype=np.float32).reshape(3, 2))
+    np.testing.assert_array_equal(tensor.to_numpy(t), np.arange(6).reshape(2, 1, 3))
+
+
+def test_copy_from_numpy_takes_whole_float_labels_into_int_tensors(dev):
+    labels = tensor.Tensor((2, 3), dev, tensor.int32)
+    labels.copy_from_numpy(np.eye(3, dtype=np.float32)[[0, 2]])  # one-hot rows (SINGA's MNIST)
+    np.testing.assert_array_equal(tensor.to_numpy(labels), [[1, 0, 0], [0, 0, 1]])
+    with pytest.raises(TypeError, match="lose information"):
+        labels.copy_from_numpy(np.full((2, 3), 0.5, np.float32))
+    with pytest.raises(TypeError, match="lose information"):
+        labels.copy_from_numpy(np.full((2, 3), 1e12))
+    np.testing.assert_array_equal(tensor.to_numpy(labels), [[1, 0, 0], [0, 0, 1]])
 
 
 def test_copy_from_numpy_dtype_rules(dev):
@@ -110,10 +127,10 @@ def test_pool_size_strings_and_cuda_error():
 def test_error_texts_name_the_tensor_and_devices_print_apart(dev):
     t = tensor.Tensor((2, 3), dev)
     with pytest.raises(ValueError) as e:
-        t.copy_from_numpy(np.zeros((3, 2), np.float32))
+        t.copy_from_numpy(np.zeros((3, 3), np.float32))
     assert "into tensor of shape (2, 3)" in str(e.value)
     with pytest.raises(TypeError) as e:
-        tensor.PlaceHolder((2,), dev, tensor.int32).copy_from_numpy(np.zeros(2, np.float64))
+        tensor.PlaceHolder((2,), dev, tensor.int32).copy_from_numpy(np.full(2, 0.5))
     assert "into tensor input of dtype int32" in str(e.value)
     other = device.create_cpu_device("1MiB")
     assert repr(dev) != repr(other) and repr(other).startswith("<Device cpu:")

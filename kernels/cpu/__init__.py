@@ -14,17 +14,53 @@ outside the installed package (in Numba's user-wide cache folder, or ``NUMBA_CAC
 ``_jit.py`` explains why.
 """
 
-from . import batchnorm, concat, conv, elementwise, gemm, loss, lrn, optim, pool, reduce
+from . import (
+    batchnorm,
+    concat,
+    conv,
+    elementwise,
+    embedding,
+    gemm,
+    loss,
+    lrn,
+    optim,
+    pool,
+    reduce,
+    softmax,
+    strided,
+    unary,
+)
 from .batchnorm import *  # noqa: F403
 from .concat import *  # noqa: F403
 from .conv import *  # noqa: F403
 from .elementwise import *  # noqa: F403
+from .embedding import *  # noqa: F403
 from .gemm import *  # noqa: F403
 from .loss import *  # noqa: F403
 from .lrn import *  # noqa: F403
 from .optim import *  # noqa: F403
 from .pool import *  # noqa: F403
 from .reduce import *  # noqa: F403
+from .softmax import *  # noqa: F403
+from .strided import *  # noqa: F403
+from .strided import BINARY_CODES, MAX_DIMS  # noqa: F401 (tables operators read via a device)
+from .unary import *  # noqa: F403
+from .unary import UNARY_CODES  # noqa: F401 (a table operators read via a device)
 
-MODULES = (conv, pool, batchnorm, elementwise, concat, lrn, reduce, gemm, loss, optim)
+MODULES = (
+    conv,
+    pool,
+    batchnorm,
+    elementwise,
+    unary,
+    strided,
+    softmax,
+    embedding,
+    concat,
+    lrn,
+    reduce,
+    gemm,
+    loss,
+    optim,
+)
 __all__ = [name for module in MODULES for name in module.__all__]

@@ -1,7 +1,13 @@
-"""2-D convolution (NCHW, no bias, group 1, dilation 1): direct and im2col+GEMM algorithms.
+"""2-D convolution (NCHW, no bias, dilation 1): direct and im2col+GEMM algorithms.
 
 Forward: y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] * x[n,c,i*sh+p-ph, j*sw+q-pw]  (zero padding).
 The two backward kernels are its adjoints with respect to x (data) and w (filter).
+
+Groups (the direct kernels' last argument, default 1): the C input channels and O filters are
+split into `groups` equal parts and filter o sees only the C/groups channels of its part, so w
+is (O, C/groups, KH, KW): filter o, channel c of its part reads x channel
+(o // (O/groups)) * (C/groups) + c. groups = C is a depthwise convolution (Xception's separable
+convolutions). The GEMM kernels take groups = 1.
 
 Direct algorithm: loops only, no workspace, parallel over independent outputs
 (planes of y / dx, filters of dw); every output is summed in a fixed order.
@@ -57,13 +63,15 @@ def conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw):
     return (n, o, window_output_size(h, kh, sh, ph), window_output_size(w, kw, sw, pw))
 
 
-def _check_conv_shapes(y, x, w, sh, sw, ph, pw):
+def _check_conv_shapes(y, x, w, sh, sw, ph, pw, groups=1):
     n, c, h, wd = x.shape
     o, c2, kh, kw = w.shape
+    if groups < 1 or c % groups != 0 or o % groups != 0:
+        raise ValueError("conv2d: groups must divide both the channels and the filters")
     oh = (h + 2 * ph - kh) // sh + 1
     ow = (wd + 2 * pw - kw) // sw + 1
     if (
-        c2 != c
+        c2 * groups != c
         or y.shape[0] != n
         or y.shape[1] != o
         or y.shape[2] != oh
@@ -85,25 +93,29 @@ _u = np.uint64
 
 
 # ---------------------------------------------------------------- direct algorithm
-def _conv2d_forward_direct(y, x, w, sh, sw, ph, pw):
-    """y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,c,i*sh+p-ph,j*sw+q-pw].
-    Writes y; no workspace; parallel over (n,o)."""
-    check_conv_shapes(y, x, w, sh, sw, ph, pw)
+def _conv2d_forward_direct(y, x, w, sh, sw, ph, pw, groups=1):
+    """y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,first(o)+c,i*sh+p-ph,j*sw+q-pw], c over the
+    C/groups channels of o's group, which start at first(o). Writes y; no workspace; parallel
+    over (n,o)."""
+    check_conv_shapes(y, x, w, sh, sw, ph, pw, groups)
     n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
+    o, cg, kh, kw = w.shape
+    og = o // groups
     oh, ow = y.shape[2], y.shape[3]
     for t in prange(n * o):
         b = t // o
         oc = t % o
+        first = (oc // og) * cg
         for i in range(oh):
             for j in range(ow):
                 y[b, oc, i, j] = 0
-        for ci in range(c):
+        for cl in range(cg):
+            ci = first + cl
             for p in range(kh):
                 i_lo, i_hi = valid_range(oh, p, sh, ph, h)
                 for q in range(kw):
                     j_lo, j_hi = valid_range(ow, q, sw, pw, wd)
-                    wv = w[oc, ci, p, q]
+                    wv = w[oc, cl, p, q]
                     off = q - pw
                     for i in range(i_lo, i_hi):
                         hh = i * sh + p - ph
@@ -111,25 +123,29 @@ def _conv2d_forward_direct(y, x, w, sh, sw, ph, pw):
                             y[b, oc, i, _u(j)] += wv * x[b, ci, hh, _u(j * sw + off)]
 
 
-def _conv2d_backward_data_direct(dx, dy, w, sh, sw, ph, pw):
-    """dx[n,c,h,v] = sum_{o,p,q,i,j: h=i*sh+p-ph, v=j*sw+q-pw} w[o,c,p,q] dy[n,o,i,j].
-    Overwrites dx; parallel over (n,c)."""
-    check_conv_shapes(dy, dx, w, sh, sw, ph, pw)
+def _conv2d_backward_data_direct(dx, dy, w, sh, sw, ph, pw, groups=1):
+    """dx[n,c,h,v] = sum_{o,p,q,i,j: h=i*sh+p-ph, v=j*sw+q-pw} w[o,c',p,q] dy[n,o,i,j], o over
+    the filters of c's group and c' = c's index within its group. Overwrites dx; parallel over
+    (n,c)."""
+    check_conv_shapes(dy, dx, w, sh, sw, ph, pw, groups)
     n, c, h, wd = dx.shape
-    o, _, kh, kw = w.shape
+    o, cg, kh, kw = w.shape
+    og = o // groups
     oh, ow = dy.shape[2], dy.shape[3]
     for t in prange(n * c):
         b = t // c
         ci = t % c
+        g = ci // cg
+        cl = ci - g * cg
         for u in range(h):
             for v in range(wd):
                 dx[b, ci, u, v] = 0
-        for oc in range(o):
+        for oc in range(g * og, (g + 1) * og):
             for p in range(kh):
                 i_lo, i_hi = valid_range(oh, p, sh, ph, h)
                 for q in range(kw):
                     j_lo, j_hi = valid_range(ow, q, sw, pw, wd)
-                    wv = w[oc, ci, p, q]
+                    wv = w[oc, cl, p, q]
                     off = q - pw
                     for i in range(i_lo, i_hi):
                         hh = i * sh + p - ph
@@ -137,16 +153,18 @@ def _conv2d_backward_data_direct(dx, dy, w, sh, sw, ph, pw):
                             dx[b, ci, hh, _u(j * sw + off)] += wv * dy[b, oc, i, _u(j)]
 
 
-def _conv2d_backward_filter_direct(dw, dy, x, sh, sw, ph, pw):
-    """dw[o,c,p,q] = sum_{n,i,j} dy[n,o,i,j] x[n,c,i*sh+p-ph,j*sw+q-pw].
-    Overwrites dw; parallel over (o,c); float64 sums."""
-    check_conv_shapes(dy, x, dw, sh, sw, ph, pw)
+def _conv2d_backward_filter_direct(dw, dy, x, sh, sw, ph, pw, groups=1):
+    """dw[o,c,p,q] = sum_{n,i,j} dy[n,o,i,j] x[n,first(o)+c,i*sh+p-ph,j*sw+q-pw] (c within o's
+    group). Overwrites dw; parallel over (o,c); float64 sums."""
+    check_conv_shapes(dy, x, dw, sh, sw, ph, pw, groups)
     n, c, h, wd = x.shape
-    o, _, kh, kw = dw.shape
+    o, cg, kh, kw = dw.shape
+    og = o // groups
     oh, ow = dy.shape[2], dy.shape[3]
-    for t in prange(o * c):
-        oc = t // c
-        ci = t % c
+    for t in prange(o * cg):
+        oc = t // cg
+        cl = t % cg
+        ci = (oc // og) * cg + cl
         for p in range(kh):
             i_lo, i_hi = valid_range(oh, p, sh, ph, h)
             for q in range(kw):
@@ -158,7 +176,7 @@ def _conv2d_backward_filter_direct(dw, dy, x, sh, sw, ph, pw):
                         hh = i * sh + p - ph
                         for j in range(j_lo, j_hi):
                             s += dy[b, oc, i, _u(j)] * x[b, ci, hh, _u(j * sw + off)]
-                dw[oc, ci, p, q] = s
+                dw[oc, cl, p, q] = s
 
 
 # ---------------------------------------------------------------- im2col / col2im

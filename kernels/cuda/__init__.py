@@ -21,18 +21,54 @@ launch (``_launch.py``). Pure host helpers (``conv2d_output_shape``, ``pool2d_ou
 ``conv2d_gemm_workspace_per_sample``) are the CPU modules' own functions.
 """
 
-from . import batchnorm, concat, conv, elementwise, gemm, loss, lrn, optim, pool, reduce
+from ..cpu.strided import BINARY_CODES, MAX_DIMS  # noqa: F401 (tables operators read via a device)
+from ..cpu.unary import UNARY_CODES  # noqa: F401 (a table operators read via a device)
+from . import (
+    batchnorm,
+    concat,
+    conv,
+    elementwise,
+    embedding,
+    gemm,
+    loss,
+    lrn,
+    optim,
+    pool,
+    reduce,
+    softmax,
+    strided,
+    unary,
+)
 from .batchnorm import *  # noqa: F403
 from .concat import *  # noqa: F403
 from .conv import *  # noqa: F403
 from .elementwise import *  # noqa: F403
+from .embedding import *  # noqa: F403
 from .gemm import *  # noqa: F403
 from .loss import *  # noqa: F403
 from .lrn import *  # noqa: F403
 from .optim import *  # noqa: F403
 from .pool import *  # noqa: F403
 from .reduce import *  # noqa: F403
+from .softmax import *  # noqa: F403
+from .strided import *  # noqa: F403
+from .unary import *  # noqa: F403
 
 # The same modules in the same order as kernels/cpu, so the two __all__ lists match name for name.
-MODULES = (conv, pool, batchnorm, elementwise, concat, lrn, reduce, gemm, loss, optim)
+MODULES = (
+    conv,
+    pool,
+    batchnorm,
+    elementwise,
+    unary,
+    strided,
+    softmax,
+    embedding,
+    concat,
+    lrn,
+    reduce,
+    gemm,
+    loss,
+    optim,
+)
 __all__ = [name for module in MODULES for name in module.__all__]

@@ -1,4 +1,5 @@
-"""2-D convolution (NCHW, no bias, group 1, dilation 1): direct and im2col + GEMM algorithms.
+"""2-D convolution (NCHW, no bias, dilation 1): direct and im2col + GEMM algorithms (groups:
+the direct kernels' last argument, as on the CPU; the GEMM kernels take groups = 1).
 
 Forward: y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] * x[n,c,i*sh+p-ph, j*sw+q-pw]  (zero padding).
 The two backward kernels are its adjoints with respect to x (data) and w (filter).
@@ -58,21 +59,24 @@ __all__ = [
     "conv2d_backward_filter_gemm",
 ]
 
-_DIRECT = each_float(f"void({A4}, {A4}, {A4}, int64, int64, int64, int64)")
+_DIRECT = each_float(f"void({A4}, {A4}, {A4}, int64, int64, int64, int64, int64)")
 _UNFOLD = "int64, int64, int64, int64, int64, int64"  # kh, kw, sh, sw, ph, pw
 
 
-def _check_conv(name, y, x, w, sh, sw, ph, pw):
-    """y (N,O,OH,OW), x (N,C,H,W), w (O,C,KH,KW) must agree (the CPU's check_conv_shapes)."""
+def _check_conv(name, y, x, w, sh, sw, ph, pw, groups=1):
+    """y (N,O,OH,OW), x (N,C,H,W), w (O,C/groups,KH,KW) must agree (the CPU's
+    check_conv_shapes)."""
     check_device(name, ndim=4, y=y, x=x, w=w)
     float_dtype(name, y=y, x=x, w=w)
     if sh < 1 or sw < 1 or ph < 0 or pw < 0:
         raise ValueError(f"{name}: need stride >= 1 and padding >= 0")
     n, c, h, wd = x.shape
     o, c2, kh, kw = w.shape
+    if groups < 1 or c % groups or o % groups:
+        raise ValueError(f"{name}: groups must divide both the channels and the filters")
     oh = (h + 2 * ph - kh) // sh + 1
     ow = (wd + 2 * pw - kw) // sw + 1
-    if c2 != c or y.shape != (n, o, oh, ow) or oh < 1 or ow < 1:
+    if c2 * groups != c or y.shape != (n, o, oh, ow) or oh < 1 or ow < 1:
         raise ValueError(
             f"{name}: shapes of y (N,O,OH,OW), x (N,C,H,W), w (O,C,KH,KW) do not agree"
         )
@@ -80,17 +84,19 @@ def _check_conv(name, y, x, w, sh, sw, ph, pw):
 
 # ---------------------------------------------------------------- direct algorithm
 @kernel(*_DIRECT)
-def _forward_direct_kernel(y, x, w, sh, sw, ph, pw):
+def _forward_direct_kernel(y, x, w, sh, sw, ph, pw, groups):
     """Thread t: y[b, o, i, j] with t = ((b*O + o)*OH + i)*OW + j."""
     t = cuda.grid(1)
     n, o, oh, ow = y.shape
     if t >= n * o * oh * ow:
         return
     b, oc, i, j = unravel4(t, o, oh, ow)
-    _, c, h, wd = x.shape
-    _, _, kh, kw = w.shape
+    _, _, h, wd = x.shape
+    _, cg, kh, kw = w.shape
+    first = (oc // (o // groups)) * cg
     acc = y.dtype.type(0)
-    for ci in range(c):
+    for cl in range(cg):
+        ci = first + cl
         for p in range(kh):
             u = i * sh + p - ph
             if u < 0 or u >= h:
@@ -98,12 +104,12 @@ def _forward_direct_kernel(y, x, w, sh, sw, ph, pw):
             for q in range(kw):
                 v = j * sw + q - pw
                 if 0 <= v < wd:
-                    acc += w[oc, ci, p, q] * x[b, ci, u, v]
+                    acc += w[oc, cl, p, q] * x[b, ci, u, v]
     y[b, oc, i, j] = acc
 
 
 @kernel(*_DIRECT)
-def _backward_data_direct_kernel(dx, dy, w, sh, sw, ph, pw):
+def _backward_data_direct_kernel(dx, dy, w, sh, sw, ph, pw, groups):
     """Thread t: dx[b, c, u, v], gathering w[o,c,p,q] * dy[b,o,i,j] over the (o, p, q) with
     u = i*sh + p - ph, v = j*sw + q - pw for a whole output position (i, j)."""
     t = cuda.grid(1)
@@ -111,10 +117,13 @@ def _backward_data_direct_kernel(dx, dy, w, sh, sw, ph, pw):
     if t >= n * c * h * wd:
         return
     b, ci, u, v = unravel4(t, c, h, wd)
-    o, _, kh, kw = w.shape
+    o, cg, kh, kw = w.shape
+    og = o // groups
+    g = ci // cg
+    cl = ci - g * cg
     oh, ow = dy.shape[2], dy.shape[3]
     acc = dx.dtype.type(0)
-    for oc in range(o):
+    for oc in range(g * og, (g + 1) * og):
         for p in range(kh):
             ii = u + ph - p  # = i * sh for the output row i whose window row p is u
             if ii < 0 or ii % sh != 0 or ii // sh >= oh:
@@ -123,19 +132,20 @@ def _backward_data_direct_kernel(dx, dy, w, sh, sw, ph, pw):
             for q in range(kw):
                 jj = v + pw - q
                 if jj >= 0 and jj % sw == 0 and jj // sw < ow:
-                    acc += w[oc, ci, p, q] * dy[b, oc, i, jj // sw]
+                    acc += w[oc, cl, p, q] * dy[b, oc, i, jj // sw]
     dx[b, ci, u, v] = acc
 
 
 @kernel(*_DIRECT)
-def _backward_filter_direct_kernel(dw, dy, x, sh, sw, ph, pw):
+def _backward_filter_direct_kernel(dw, dy, x, sh, sw, ph, pw, groups):
     """Thread t: dw[o, c, p, q] = sum_{b,i,j} dy[b,o,i,j] * x[b,c,i*sh+p-ph,j*sw+q-pw],
     in float64 (a long sum: N*OH*OW terms)."""
     t = cuda.grid(1)
-    o, c, kh, kw = dw.shape
-    if t >= o * c * kh * kw:
+    o, cg, kh, kw = dw.shape
+    if t >= o * cg * kh * kw:
         return
-    oc, ci, p, q = unravel4(t, c, kh, kw)
+    oc, cl, p, q = unravel4(t, cg, kh, kw)
+    ci = (oc // (o // groups)) * cg + cl
     n, _, h, wd = x.shape
     oh, ow = dy.shape[2], dy.shape[3]
     s = 0.0
@@ -148,30 +158,30 @@ def _backward_filter_direct_kernel(dw, dy, x, sh, sw, ph, pw):
                 v = j * sw + q - pw
                 if 0 <= v < wd:
                     s += dy[b, oc, i, j] * x[b, ci, u, v]
-    dw[oc, ci, p, q] = s
+    dw[oc, cl, p, q] = s
 
 
-def conv2d_forward_direct(y, x, w, sh, sw, ph, pw, *, stream=0):
+def conv2d_forward_direct(y, x, w, sh, sw, ph, pw, groups=1, *, stream=0):
     """y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,c,i*sh+p-ph,j*sw+q-pw].
     Writes y; no workspace; one thread per element of y."""
-    _check_conv("conv2d_forward_direct", y, x, w, sh, sw, ph, pw)
-    args = (int(sh), int(sw), int(ph), int(pw))
+    _check_conv("conv2d_forward_direct", y, x, w, sh, sw, ph, pw, groups)
+    args = (int(sh), int(sw), int(ph), int(pw), int(groups))
     launch_1d(_forward_direct_kernel, y.size, stream, y, x, w, *args)
 
 
-def conv2d_backward_data_direct(dx, dy, w, sh, sw, ph, pw, *, stream=0):
+def conv2d_backward_data_direct(dx, dy, w, sh, sw, ph, pw, groups=1, *, stream=0):
     """dx[n,c,h,v] = sum_{o,p,q,i,j: h=i*sh+p-ph, v=j*sw+q-pw} w[o,c,p,q] dy[n,o,i,j].
     Overwrites dx; one thread per element of dx (a gather: no atomics)."""
-    _check_conv("conv2d_backward_data_direct", dy, dx, w, sh, sw, ph, pw)
-    args = (int(sh), int(sw), int(ph), int(pw))
+    _check_conv("conv2d_backward_data_direct", dy, dx, w, sh, sw, ph, pw, groups)
+    args = (int(sh), int(sw), int(ph), int(pw), int(groups))
     launch_1d(_backward_data_direct_kernel, dx.size, stream, dx, dy, w, *args)
 
 
-def conv2d_backward_filter_direct(dw, dy, x, sh, sw, ph, pw, *, stream=0):
+def conv2d_backward_filter_direct(dw, dy, x, sh, sw, ph, pw, groups=1, *, stream=0):
     """dw[o,c,p,q] = sum_{n,i,j} dy[n,o,i,j] x[n,c,i*sh+p-ph,j*sw+q-pw].
     Overwrites dw; one thread per element of dw; float64 sums."""
-    _check_conv("conv2d_backward_filter_direct", dy, x, dw, sh, sw, ph, pw)
-    args = (int(sh), int(sw), int(ph), int(pw))
+    _check_conv("conv2d_backward_filter_direct", dy, x, dw, sh, sw, ph, pw, groups)
+    args = (int(sh), int(sw), int(ph), int(pw), int(groups))
     launch_1d(_backward_filter_direct_kernel, dw.size, stream, dw, dy, x, *args)
 
 

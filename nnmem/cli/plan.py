@@ -13,6 +13,8 @@ Without --input and --batch-size it plans the step that ``nnmem train`` runs for
 
 import functools
 
+import numpy as np
+
 from nnmem.cli.arguments import UsageError, byte_size, positive_float, positive_int, sample_shape
 from nnmem.cli.train import DEFAULT_BATCH, PAPER_SAMPLES, SMALLEST_IMAGE
 from nnmem.graph.offload import POLICIES
@@ -61,6 +63,13 @@ def add_parser(commands):
         "the model, 1x28x28; 3x227x227 for alexnet, 3x224x224 for vgg16)",
     )
     p.add_argument("--recompute", default="cost-aware", choices=["speed", "memory", "cost-aware"])
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "float16"],
+        help="the dtype of inputs, parameters and activations (float16: storage, half the "
+        "bytes; kernels compute in float32)",
+    )
     p.add_argument(
         "--offload",
         default="all",
@@ -222,6 +231,7 @@ def _plan(args, sample, batch, depth):
             recompute=args.recompute,
             offload=args.offload,
             budget=args.budget,
+            dtype=np.dtype(args.dtype),
         )
     except OutOfMemory as e:
         raise StepTooLarge(

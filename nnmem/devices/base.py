@@ -27,6 +27,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from nnmem.devices.half import touches_float16, widened
 from nnmem.interrupts import deferred_interrupts
 from nnmem.memory.arena import SharedArena
 from nnmem.memory.block import Block
@@ -94,6 +95,7 @@ class Device:
         self._steps_running = 0
         self.commits = 0  # commit phases begun (a step that began one cannot be rolled back)
         self.recorder = None
+        self._paused_recorder = None  # EnableGraph(False) during a recording
         self.memory_samples = None
         self.verbosity, self.skip_iterations, self.iteration = 0, 0, 0
         self.profile = defaultdict(lambda: [0.0, 0])  # name -> [seconds, calls]
@@ -295,6 +297,8 @@ class Device:
         `phase` ("forward", "backward", "update") and `rebuild` (see Operator.run) are kept
         in the recording for the recomputation pass.
         """
+        if touches_float16(tuple(reads) + tuple(writes)):
+            fn = self.half_precision(fn, len(writes))
         with self.lock:
             if self.dry_run:
                 return
@@ -327,6 +331,12 @@ class Device:
         finally:
             self.cache.unlock(blocks)
 
+    def half_precision(self, fn, n_writes):
+        """The kernel function to run for a call that reads or writes float16 tensors: here
+        (the CPU), fn on float32 copies, rounded back into the written tensors (devices/half.py).
+        A device whose kernels cannot do that overrides it and refuses."""
+        return widened(fn, n_writes)
+
     def run_kernel(self, name, fn, arrays):
         """Call the kernel function, timing it when profiling is on (eager and replay alike).
 
@@ -349,6 +359,25 @@ class Device:
             )
 
     # -- SINGA's device methods -------------------------------------------------------------
+    def graph_enabled(self):
+        """True while a model records its step on this device (SINGA: the device buffers
+        operations instead of running them)."""
+        return self.recorder is not None
+
+    def EnableGraph(self, enable):
+        """SINGA's switch: False while recording runs operations at once (SINGA's layers turn
+        buffering off to set up parameters); True resumes the recording it paused. Outside a
+        recording there is nothing to switch (nnmem records per step, in Model)."""
+        with self.lock:
+            if not enable and self.recorder is not None:
+                self._paused_recorder, self.recorder = self.recorder, None
+            elif enable and self._paused_recorder is not None:
+                self.recorder, self._paused_recorder = self._paused_recorder, None
+
+    def ResetGraph(self):
+        """SINGA clears the operations a device buffered; an nnmem device buffers none outside
+        a model's step (a compiled step belongs to its Model: model.graph() re-plans it)."""
+
     def SetRandSeed(self, seed):
         """Seed the generator that initialises parameters and the draws of dropout masks.
 

@@ -89,10 +89,15 @@ class PinnedStorage:
         return self.buffer[offset : offset + nbytes]
 
 
+#: The tables the kernel packages export beside their kernels (function codes, the index maps'
+#: rank), which operators read through ``device.kernels`` as well.
+KERNEL_TABLES = ("BINARY_CODES", "MAX_DIMS", "UNARY_CODES")
+
+
 def bind_stream(module, stream):
     """The kernels of `module` with ``stream=stream`` filled in: a namespace with the names of
     nnmem.kernels.cpu, so an operation calls ``K.relu_forward(y, x)`` on either device."""
-    bound = types.SimpleNamespace()
+    bound = types.SimpleNamespace(**{name: getattr(module, name) for name in KERNEL_TABLES})
     for name in module.__all__:
         kernel = getattr(module, name)
         takes_stream = "stream" in inspect.signature(kernel).parameters
@@ -217,6 +222,12 @@ class CudaDevice(Device):
             tensor.raw.copy_to_host(out, stream=self.compute_stream)
             self.compute_stream.synchronize()
             return out
+
+    def half_precision(self, fn, n_writes):
+        raise TypeError(
+            "float16 tensors on the CUDA device: nnmem's CUDA kernels are compiled for float32 "
+            "and float64 only; use float32 there (float16 storage runs on the CPU device)"
+        )
 
     def copy_tensor(self, dst, src):
         with cuda.gpus[self.dev_id]:

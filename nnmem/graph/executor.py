@@ -102,7 +102,20 @@ class CompiledStep:
 
     def plan(self, sequential, strategy, offload):
         """The passes, the order, the storages and the layouts of a compilation, as a dict of
-        the attributes compile() sets; nothing is placed or allocated."""
+        the attributes compile() sets; nothing is placed or allocated.
+
+        "cost-aware" recomputation is kept only where it does not raise the peak: it frees a
+        tensor by keeping what rebuilds it, and where the peak sits elsewhere (in the commit
+        phase, or on tensors offloading already moved) that trade only adds bytes and work;
+        the plan then has no recomputation. "speed" and "memory" are applied as asked."""
+        planned = self._plan(sequential, strategy, offload)
+        if strategy == "cost-aware" and planned["recomputations"]:
+            without = self._plan(sequential, "none", offload)
+            if without["layout"].arena_bytes < planned["layout"].arena_bytes:
+                return dict(without, recompute_strategy=strategy)
+        return planned
+
+    def _plan(self, sequential, strategy, offload):
         pool = self.device.pool
 
         def round_up(n):

@@ -10,6 +10,10 @@ one sample's workspace fits, direct is the only candidate. The choice is remembe
 kind and geometry for the whole process, so eager steps, graph replays and new devices agree
 (the numbers never depend on which run chose); `CompiledStep.conv_algorithms()` reports it per
 layer.
+
+Grouped convolution (``group=g``: each filter sees C/g of the channels; g = C is depthwise, as in
+Xception's separable convolutions) runs the direct kernels, which take the group count: an
+im2col of one group's channels would be a GEMM too thin to pay for its workspace.
 """
 
 from nnmem.operation import Operator
@@ -24,18 +28,22 @@ BENCHMARKED = {}
 class Conv2d(Operator):
     """y[n,o] = sum_c W[o,c] (*) x[n,c] + b[o]  with stride and zero padding."""
 
-    def __init__(self, stride=(1, 1), padding=(0, 0), algorithm="auto"):
+    def __init__(self, stride=(1, 1), padding=(0, 0), algorithm="auto", group=1):
         super().__init__()
         if algorithm not in ALGORITHMS:
             raise ValueError(f"conv2d: unknown algorithm {algorithm!r}; choose one of {ALGORITHMS}")
-        self.stride, self.padding, self.algorithm = tuple(stride), tuple(padding), algorithm
+        if not isinstance(group, int) or group < 1:
+            raise ValueError(f"conv2d: group must be a positive int, not {group!r}")
+        self.stride, self.padding, self.group = tuple(stride), tuple(padding), group
+        self.algorithm = algorithm if group == 1 else "direct"
 
     def forward(self, x, W, b=None):
         K = self.kernels
-        if x.ndim() != 4 or W.ndim() != 4 or x.shape[1] != W.shape[1]:
+        g = self.group
+        if x.ndim() != 4 or W.ndim() != 4 or x.shape[1] != W.shape[1] * g or W.shape[0] % g:
             raise ValueError(
-                f"conv2d: input {x.shape} and filters {W.shape}; need (N, C, H, W) "
-                f"and (O, C, KH, KW) with the same C"
+                f"conv2d: input {x.shape} and filters {W.shape} with group={g}; need "
+                f"(N, C, H, W) and (O, C/group, KH, KW), O divisible by the group"
             )
         n, c, h, w = x.shape
         o, _, kh, kw = W.shape
@@ -66,7 +74,7 @@ class Conv2d(Operator):
             dx = self.output((dy.shape[0], c, h, w), dy.dtype)
             grads_bytes += dx.memsize()
         if self.needs_grad[1]:
-            dW = self.output((o, c, kh, kw), dy.dtype)
+            dW = self.output((o, c // self.group, kh, kw), dy.dtype)
             grads_bytes += dW.memsize()
         # an input evicted to the host by the tensor cache needs its bytes back before the
         # pass runs: the workspace must leave room for it too
@@ -100,10 +108,10 @@ class Conv2d(Operator):
     def _conv_pass(self, pass_name, direct, gemm, out, a, b, ws):
         """Run one of the three convolution passes, out = f(a, b), with the gemm algorithm when
         there is a workspace and the direct one otherwise ("auto": the faster of the two)."""
-        (sh, sw), (ph, pw) = self.stride, self.padding
+        (sh, sw), (ph, pw), g = self.stride, self.padding, self.group
         if ws is None:
             self.run(
-                lambda out_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw),
+                lambda out_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw, g),
                 reads=(a, b),
                 writes=(out,),
             )
@@ -166,9 +174,9 @@ def _time_candidates(device, candidates, arrays):
     return fastest if seconds[fastest] < MARGIN * seconds[first] else first
 
 
-def conv2d(x, W, b=None, stride=1, padding=0, algorithm="auto"):
+def conv2d(x, W, b=None, stride=1, padding=0, algorithm="auto", group=1):
     """Functional form: conv2d(x, W, b, stride, padding)."""
-    op = Conv2d(pair(stride), pair(padding), algorithm)
+    op = Conv2d(pair(stride), pair(padding), algorithm, group)
     return op(x, W) if b is None else op(x, W, b)
 
 

@@ -16,6 +16,8 @@ class SoftMaxCrossEntropy(Operator):
             )
         n, c = x.shape
         _check_not_empty("softmax_cross_entropy", n)
+        if t.shape == (n, 1) and t.dtype.kind == "i" and c != 1:  # SINGA's column of ids
+            t = t.reshape((n,))
         if t.shape == (n,):
             if t.dtype.kind != "i":
                 raise TypeError(
@@ -28,7 +30,7 @@ class SoftMaxCrossEntropy(Operator):
         else:
             raise ValueError(
                 f"softmax_cross_entropy: labels of shape {t.shape} for logits "
-                f"{x.shape}; give class ids ({n},) or one-hot rows ({n}, {c})"
+                f"{x.shape}; give class ids ({n},) or ({n}, 1), or one-hot rows ({n}, {c})"
             )
         loss, prob = self.output((1,), x.dtype), self.output(x.shape, x.dtype)
         fwd = (

@@ -29,7 +29,7 @@ class Flatten(Reshape):
 class Cat(Operator):
     """y = concatenate(xs, axis); the gradient is sliced back into one piece per input."""
 
-    def __init__(self, axis=1):
+    def __init__(self, axis=0):
         super().__init__()
         self.axis = axis
 
@@ -90,5 +90,6 @@ def flatten(x, axis=1):
     return Flatten(axis)(x)
 
 
-def cat(xs, axis=1):
+def cat(xs, axis=0):
+    """Concatenate along `axis` (SINGA's default: 0)."""
     return Cat(axis)(*xs)
