@@ -32,7 +32,7 @@ IDENTITY_CASES = {
 def run(name, iterations, use_graph, sequential=False, recycle=True, seed=0):
     """Train `iterations` steps; returns losses, final states and the device's peaks."""
     batch, shape, kwargs = IDENTITY_CASES[name]
-    dev = device.create_cpu_device()
+    dev = device.create_cpu_device("2GiB")  # a device of its own: its peak is this run's
     dev.recycle = recycle
     dev.SetRandSeed(seed)
     model = create_model("resnet" if name == "resnet20" else name, **kwargs)

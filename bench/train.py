@@ -29,7 +29,7 @@ LR, MOMENTUM, WEIGHT_DECAY = 0.02, 0.9, 1e-5
 
 def nnmem_step(case, seed=0, use_graph=False):
     """A function running one nnmem training step on a fixed random batch."""
-    dev = device.create_cpu_device()
+    dev = device.create_cpu_device("2GiB")  # a device of its own: its peak is this run's
     dev.SetRandSeed(seed)
     model = create_model(case["model"], num_classes=10, **case["kwargs"])
     model.set_optimizer(opt.SGD(lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY))

@@ -14,6 +14,12 @@ again, and the same output tensors are returned, updated in place. A new input s
 eval(), records a graph of its own. Python code in ``train_one_batch`` that does not go
 through operators (printing, branching on data) runs only at the recording, where values
 do not exist yet: reading one there raises RecordingReadError.
+
+Arguments other than tensors pass through to ``train_one_batch`` as they are, in both modes
+(SINGA's ``model(tx, ty, dist_option, spars)``). In graph mode they select the recorded graph:
+a step recorded with ``dist_option='plain'`` is not replayed for another value. Tensors may
+also come in a list or tuple (SINGA's RNNs take one tensor per time step) or by keyword; each
+is an input of the recorded step, copied in at every replay.
 """
 
 import contextlib
@@ -144,10 +150,10 @@ class Model(Layer):
                     compiled.compile(sequential)
         self.sequential = sequential
 
-    def compiled_step(self, *inputs):
-        """The CompiledStep recorded for these inputs in the current mode (None if none yet):
-        its memory_summary(), describe() and timeline show what graph mode did."""
-        return self._graphs.get(self._graph_key(inputs))
+    def compiled_step(self, *inputs, **kwargs):
+        """The CompiledStep recorded for these arguments in the current mode (None if none
+        yet): its memory_summary(), describe() and timeline show what graph mode did."""
+        return self._graphs.get(self._graph_key(inputs, kwargs))
 
     def train(self, mode=True):
         """Training mode: model(...) runs train_one_batch; autograd saves for backward."""
@@ -201,10 +207,14 @@ class Model(Layer):
                 autograd.training = caller_training
 
     def _before_step(self, dev):
-        """What a failed training step must put back (see _StateBefore)."""
+        """What a failed training step must put back (see _StateBefore). The buffers are the
+        layers' own (Layer's get_params and get_states): a subclass's get_states may add
+        tensors that its step has yet to create (SINGA's char_rnn.py adds the hidden state
+        that its initialize() makes at the first forward)."""
         if self._buffers is None or not self.initialized:  # layers may still be created
-            params = set(map(id, self.get_params().values()))
-            self._buffers = [t for t in self.get_states().values() if id(t) not in params]
+            params = set(map(id, Layer.get_params(self).values()))
+            states = Layer.get_states(self).values()
+            self._buffers = [t for t in states if id(t) not in params]
         buffers = list(self._buffers)
         if dev.rng_state is not None:
             buffers.append(dev.rng_state)  # dropout's draw counter
@@ -231,26 +241,44 @@ class Model(Layer):
         return tuple(hyper) + (("seed", dev.seed),)
 
     def _graph_key(self, inputs, kwargs=None):
-        def key(value):
+        """What selects a recorded graph: the mode, each tensor's shape and dtype, and every
+        other argument's value (a list or tuple by its items). A value without a hash (a NumPy
+        array, a dict) is refused: the step reads it while recording and the replay would
+        reuse what it read then, whatever the later call passes."""
+
+        def key(value, where):
             if isinstance(value, Tensor):
                 return value.shape, value.dtype
-            return value if isinstance(value, Hashable) else id(value)
+            if isinstance(value, (list, tuple)):
+                return type(value), tuple(key(v, where) for v in value)
+            if not isinstance(value, Hashable):
+                raise TypeError(
+                    f"{type(self).__name__}(...) in graph mode: {where} is a "
+                    f"{type(value).__name__}; graph mode replays the step recorded for each "
+                    "value of a non-tensor argument, so pass tensors, or values with a hash "
+                    "(str, int, float, None, tuples of them)"
+                )
+            return value
 
         return (
             (self.training,)
-            + tuple(key(t) for t in inputs)
-            + tuple((name, key(value)) for name, value in sorted((kwargs or {}).items()))
+            + tuple(key(t, f"argument {i}") for i, t in enumerate(inputs))
+            + tuple(
+                (name, key(value, f"argument {name}="))
+                for name, value in sorted((kwargs or {}).items())
+            )
         )
 
     def _run_graph(self, dev, step, inputs, kwargs):
         key = self._graph_key(inputs, kwargs)
         compiled = self._graphs.get(key)
+        tensors = _tensors_of(inputs, kwargs)
         if compiled is not None:
-            return compiled.replay(inputs, lambda: self._host_values(dev))
-        shapes = ", ".join("x".join(map(str, t.shape)) for t in inputs if isinstance(t, Tensor))
+            return compiled.replay(tensors, lambda: self._host_values(dev))
+        shapes = ", ".join("x".join(map(str, t.shape)) for t in tensors)
         label = f"{type(self).__name__} ({'training' if self.training else 'inference'}, {shapes})"
         try:
-            compiled, result = self._record_and_compile(dev, step, inputs, kwargs, label)
+            compiled, result = self._record_and_compile(dev, step, inputs, kwargs, tensors, label)
         except OutOfMemory as e:
             e.add_note(
                 f"graph mode planned this step ({label}) with recompute="
@@ -262,7 +290,7 @@ class Model(Layer):
         self._graphs[key] = compiled
         if not dev.runs_kernels:  # planned, not run: values exist only on a real device
             return result
-        return compiled.replay(inputs)
+        return compiled.replay(tensors)
 
     def _record(self, dev, step, inputs, kwargs):
         """(recorder, result): the step recorded, nothing run."""
@@ -273,7 +301,7 @@ class Model(Layer):
             dev.recorder = None
         return recorder, result
 
-    def _record_and_compile(self, dev, step, inputs, kwargs, label):
+    def _record_and_compile(self, dev, step, inputs, kwargs, tensors, label):
         """(CompiledStep, result). With offload="dyn" (vDNN's dynamic policy): the fastest
         policy that fits the budget with the convolutions' fastest workspaces; failing that,
         the step is recorded again with a lower cap on workspaces (the convolutions with the
@@ -290,7 +318,7 @@ class Model(Layer):
                 compiled = CompiledStep(
                     dev,
                     recorder,
-                    inputs,
+                    tensors,
                     result,
                     self.sequential,
                     label,
@@ -375,6 +403,24 @@ def _lock_of(states):
     """The lock of the device the states live on (no lock for a model without states)."""
     first = next(iter(states.values()), None)
     return first.device.lock if first is not None else contextlib.nullcontext()
+
+
+def _tensors_of(inputs, kwargs):
+    """The tensors among a step's arguments, in order: positional ones (inside lists and tuples
+    too), then keyword ones by name. A replay copies the data of each into the tensor recorded
+    at the same position."""
+    found = []
+
+    def visit(value):
+        if isinstance(value, Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                visit(v)
+
+    visit(inputs)
+    visit([value for _, value in sorted(kwargs.items())])
+    return tuple(found)
 
 
 def _device_of(model_name, inputs):

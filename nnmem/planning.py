@@ -17,13 +17,22 @@ the peak a real graph-mode iteration measures in the pool, byte for byte.
 
 ``smallest_pool(model, input_shape)`` runs training steps and an evaluation on a planning device,
 eagerly or in graph mode, and returns the pool size they need, fragmentation included.
+
+Both call ``model(tx, ty, *step_args)``. SINGA's models take two more arguments,
+``train_one_batch(self, x, y, dist_option, spars)``; when ``step_args`` is not given, those
+get the values SINGA's train_cnn.py passes on one device, ``'plain'`` and ``None``.
 """
 
+import inspect
 from typing import NamedTuple
 
 import numpy as np
 
 from nnmem import device, opt, tensor
+
+#: The extra arguments of SINGA's train_one_batch(self, x, y, dist_option, spars), as SINGA's
+#: cnn/train_cnn.py passes them when training on one device.
+SINGA_STEP_ARGUMENTS = {"dist_option": "plain", "spars": None}
 
 
 class TechniquePlan(NamedTuple):
@@ -63,18 +72,21 @@ def plan(
     dtype=np.float32,
     offload="all",
     budget=None,
+    step_args=None,
 ):
     """A StepPlan for training `model` (a new, uninitialised Model: it is compiled on a
     planning device) on batches of `input_shape` (batch first) with class-id labels.
     `offload`: the policy of the offloading techniques ("none" leaves them out; "dyn" takes
-    the fastest policy that fits `budget`, or "all" when none does)."""
+    the fastest policy that fits `budget`, or "all" when none does). `step_args`: the
+    arguments of train_one_batch after x and y (default: see the module's docstring)."""
     dev = device.create_planning_device()
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
+    step_args = _step_args(model, step_args)
     model.compile([tx], is_train=True, use_graph=True, sequential=sequential)
     tx.set_value(0)  # written, so that reading them is allowed (a planning device only allocates)
     ty.set_value(0)
-    model(tx, ty)  # records and compiles (liveness), runs nothing
-    step = model.compiled_step(tx, ty)
+    model(tx, ty, *step_args)  # records and compiles (liveness), runs nothing
+    step = model.compiled_step(tx, ty, *step_args)
     techniques = []
     variants = [
         ("baseline", False, "none", "none"),
@@ -107,6 +119,7 @@ def smallest_pool(
     recompute="none",
     optimizer=None,
     dtype=np.float32,
+    step_args=None,
 ):
     """The smallest pool, in bytes, in which `model` (a new, uninitialised Model) trains on
     batches of `input_shape` and is then evaluated on the same input tensor, as ``nnmem train``
@@ -114,19 +127,37 @@ def smallest_pool(
     (the first creates the optimizer's state) and an inference step, run on a planning device,
     where every allocation happens and no kernel runs. In graph mode it is exact: a byte less
     runs out of memory. Eagerly it is enough, and a little less may do: in a smaller pool, best
-    fit places the blocks differently."""
+    fit places the blocks differently. `step_args`: as for plan()."""
     dev = device.create_planning_device()
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
+    step_args = _step_args(model, step_args)
     model.compile(
         [tx], is_train=True, use_graph=use_graph, sequential=sequential, recompute=recompute
     )
     tx.set_value(0)
     ty.set_value(0)
     for _ in range(2):
-        model(tx, ty)
+        model(tx, ty, *step_args)
     model.eval()
     model(tx)
     return dev.memory_stats()["high_water_bytes"]
+
+
+def _step_args(model, step_args):
+    """The arguments after x and y of a training step: `step_args` when given, else the values
+    of SINGA_STEP_ARGUMENTS for the parameters train_one_batch requires after x and y."""
+    if step_args is not None:
+        return tuple(step_args)
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    parameters = list(inspect.signature(model.train_one_batch).parameters.values())
+    required = [p.name for p in parameters[2:] if p.kind in positional and p.default is p.empty]
+    unknown = [name for name in required if name not in SINGA_STEP_ARGUMENTS]
+    if unknown:
+        raise TypeError(
+            f"{type(model).__name__}.train_one_batch requires {', '.join(unknown)} after x and "
+            "y: pass their values as step_args=(...)"
+        )
+    return tuple(SINGA_STEP_ARGUMENTS[name] for name in required)
 
 
 def _inputs(model, input_shape, dev, optimizer, dtype):
