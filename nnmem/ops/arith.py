@@ -1,4 +1,5 @@
-"""Elementwise arithmetic and reshaping: y = a + b, a - b, a * b (tensor or scalar), views.
+"""Elementwise arithmetic of equal shapes and reshaping: y = a + b, a - b, a * b, alpha * x,
+views. (Broadcast shapes and Python numbers: nnmem/ops/broadcast.py and tensor_api.py.)
 
 Kernel functions receive NumPy arrays from the device, outputs first: ``fn(*writes, *reads)``.
 Elementwise kernels take flat arrays, hence the ``.reshape(-1)`` (a view, no copy).
@@ -125,23 +126,6 @@ def _resolve_shape(shape, size):
     ):
         raise ValueError(f"cannot reshape {size} elements into {shape}")
     return tuple(size // known if s == -1 else s for s in shape)
-
-
-def add(a, b):
-    return Add()(a, b)
-
-
-def sub(a, b):
-    return Sub()(a, b)
-
-
-def mul(a, b):
-    """a * b for two tensors of one shape, or a tensor and a Python scalar."""
-    if isinstance(b, (int, float)):
-        return Scale(b)(a)
-    if isinstance(a, (int, float)):
-        return Scale(a)(b)
-    return Mul()(a, b)
 
 
 def reshape(x, shape):

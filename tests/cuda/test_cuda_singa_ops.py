@@ -18,7 +18,7 @@ FLOATS = [np.float32, np.float64]
 CODES = sorted(unary.UNARY_CODES.items())
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dtype", [np.float32])  # float64: the same source (PTX tests: both)
 @pytest.mark.parametrize("name, code", CODES)
 def test_unary_forward_and_backward(rng, name, code, dtype):
     x = rng.uniform(0.1, 0.9, 37).astype(dtype)  # inside every function's domain (acosh: 1 + x)
@@ -51,7 +51,7 @@ def test_strided_maps(rng, dtype):
     )
 
 
-@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dtype", [np.float32])
 @pytest.mark.parametrize("how", sorted(strided.BINARY_CODES))
 def test_broadcast_binary(rng, how, dtype):
     a = rng.standard_normal((2, 3, 1)).astype(dtype)
