@@ -79,6 +79,10 @@ def test_shapes_that_do_not_broadcast_are_refused():
     a, b = tensor.zeros((2, 3), dev), tensor.zeros((4,), dev)
     with pytest.raises(ValueError, match=r"\(2, 3\) and \(4,\) do not broadcast"):
         autograd.add(a, b)
+    with pytest.raises(TypeError, match="add: a tensor and a str"):
+        a + "1"
+    with pytest.raises(TypeError, match="gt: a tensor and a NoneType"):
+        a > None
 
 
 @pytest.mark.parametrize("axes", [None, 0, 1, (0, 2), -1])

@@ -33,6 +33,12 @@ def _is_number(v):
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
+def _check_operands(op, *values):
+    for v in values:
+        if not (isinstance(v, Tensor) or _is_number(v)):
+            raise TypeError(f"{op}: a tensor and a {type(v).__name__}; give tensors or numbers")
+
+
 def _promote(a, b):
     """(a, b) with an int tensor converted to the other's float dtype: SINGA adds an int mask
     to a float one. A host round trip outside autograd (integer tensors carry no gradient)."""
@@ -46,6 +52,7 @@ def _promote(a, b):
 # -- arithmetic dunders (Tensor methods) ------------------------------------------------------
 def add(lhs, rhs, ret=None):
     """lhs + rhs: tensors (broadcast) or a tensor and a number."""
+    _check_operands("add", lhs, rhs)
     if _is_number(rhs):
         return _into(ret, pointwise.add_scalar(lhs, rhs))
     if _is_number(lhs):
@@ -55,6 +62,7 @@ def add(lhs, rhs, ret=None):
 
 def sub(lhs, rhs, ret=None):
     """lhs - rhs: tensors (broadcast) or a tensor and a number."""
+    _check_operands("sub", lhs, rhs)
     if _is_number(rhs):
         return _into(ret, pointwise.add_scalar(lhs, -rhs))
     if _is_number(lhs):
@@ -64,6 +72,7 @@ def sub(lhs, rhs, ret=None):
 
 def eltwise_mult(lhs, rhs, ret=None):
     """lhs * rhs elementwise: tensors (broadcast) or a tensor and a number."""
+    _check_operands("mul", lhs, rhs)
     if _is_number(rhs):
         return _into(ret, Scale(rhs)(lhs))
     if _is_number(lhs):
@@ -73,6 +82,7 @@ def eltwise_mult(lhs, rhs, ret=None):
 
 def div(lhs, rhs, ret=None):
     """lhs / rhs: tensors (broadcast), a tensor by a number (times 1/rhs), a number by a tensor."""
+    _check_operands("div", lhs, rhs)
     if _is_number(rhs):
         return _into(ret, Scale(1.0 / rhs)(lhs))
     if _is_number(lhs):
@@ -82,6 +92,7 @@ def div(lhs, rhs, ret=None):
 
 def _compare(how):
     def compare(t, x):
+        _check_operands(how, t, x)
         if _is_number(x):
             return pointwise.compare_scalar(t, how, x)
         a, b = _promote(t, x)
