@@ -5,8 +5,9 @@ import math
 
 import numpy as np
 import pytest
+import training
 
-from nnmem import autograd, device, layer, model, opt, tensor
+from nnmem import device, opt, tensor
 
 
 def sgd_reference(w, grads, lr, momentum, dampening, weight_decay, nesterov):
@@ -181,43 +182,13 @@ def test_singa_defaults():
 
 
 # -- graph mode: a replayed step follows the schedules ----------------------------------------
-class Scaled(layer.Layer):
-    """y = W * x elementwise: backward from y (with ones) gives W the gradient x, exactly."""
-
-    def initialize(self, x):
-        self.W = tensor.Tensor(x.shape, x.device, x.dtype, requires_grad=True, stores_grad=True)
-        self.W.copy_from_numpy(W0)
-
-    def forward(self, x):
-        return autograd.mul(self.W, x)
-
-
-class GradientIsInput(model.Model):
-    def __init__(self):
-        super().__init__()
-        self.scaled = Scaled()
-
-    def forward(self, x):
-        return self.scaled(x)
-
-    def train_one_batch(self, x):
-        y = self.forward(x)
-        self.optimizer(y)
-        return y
-
-
 def train_on_gradients(optimizer, grads, use_graph):
     """W after one step per gradient, in eager or graph mode (the input is the gradient)."""
-    dev = device.create_cpu_device("1MiB")
-    m = GradientIsInput()
-    m.set_optimizer(optimizer)
-    tx = tensor.PlaceHolder(W0.shape, dev, tensor.float64)
-    m.compile([tx], is_train=True, use_graph=use_graph)
-    for g in grads:
-        tx.copy_from_numpy(g)
-        m(tx)
+    w, _ = training.train_on_gradients(
+        device.create_cpu_device("1MiB"), optimizer, W0, grads, use_graph
+    )
     assert optimizer.step_counter == len(grads)
-    return tensor.to_numpy(m.scaled.W)
+    return w
 
 
 STAIRCASE = decayed(0.05, 2, 0.5, True)
@@ -279,7 +250,7 @@ def test_rmsprop_and_adagrad_settings_changed_between_steps_reach_the_update(use
     ]:
         optimizer, lrs = make(lr=0.1), [0.1, 0.02, opt.ExponentialDecay(0.3, 1, 0.5), 0.01]
         dev = device.create_cpu_device("1MiB")
-        m = GradientIsInput()
+        m = training.GradientIsInput(W0)
         m.set_optimizer(optimizer)
         tx = tensor.PlaceHolder(W0.shape, dev, tensor.float64)
         m.compile([tx], is_train=True, use_graph=use_graph)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from nnmem import device, opt, tensor
+from nnmem import autograd, device, layer, model, opt, tensor
 
 
 def batches(shape, n, seed=0, classes=10):
@@ -49,3 +49,49 @@ def assert_identical(a, b):
     assert a[0] == b[0], "losses differ"
     for k in a[1]:
         np.testing.assert_array_equal(a[1][k], b[1][k], err_msg=k)
+
+
+class Scaled(layer.Layer):
+    """y = W * x elementwise, W starting at w0: backward from y (with ones) gives W the
+    gradient x, exactly."""
+
+    def __init__(self, w0):
+        super().__init__()
+        self.w0 = w0
+
+    def initialize(self, x):
+        self.W = tensor.Tensor(x.shape, x.device, x.dtype, stores_grad=True)
+        self.W.copy_from_numpy(self.w0)
+
+    def forward(self, x):
+        return autograd.mul(self.W, x)
+
+
+class GradientIsInput(model.Model):
+    """A model whose parameter's gradient is its input: an optimizer's updates for given
+    gradients, in whole training steps."""
+
+    def __init__(self, w0):
+        super().__init__()
+        self.scaled = Scaled(w0)
+
+    def forward(self, x):
+        return self.scaled(x)
+
+    def train_one_batch(self, x):
+        y = self.forward(x)
+        self.optimizer(y)
+        return y
+
+
+def train_on_gradients(dev, optimizer, w0, grads, use_graph):
+    """W (starting at w0, of w0's dtype) after one optimizer step per gradient on `dev`, in
+    eager or graph mode. Returns (W, the model)."""
+    m = GradientIsInput(w0)
+    m.set_optimizer(optimizer)
+    tx = tensor.PlaceHolder(w0.shape, dev, w0.dtype)
+    m.compile([tx], is_train=True, use_graph=use_graph)
+    for g in grads:
+        tx.copy_from_numpy(g)
+        m(tx)
+    return tensor.to_numpy(m.scaled.W), m

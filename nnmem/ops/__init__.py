@@ -95,36 +95,10 @@ from nnmem.ops.softmax import SoftMax, softmax
 from nnmem.ops.transform import Slice, Transpose, squeeze, transpose, unsqueeze
 from nnmem.tensor import Tensor
 
-
-def add(a, b):
-    """a + b: tensors of one shape, broadcast shapes, or a tensor and a number."""
-    return tensor_api.add(a, b)
-
-
-def sub(a, b):
-    """a - b: tensors of one shape, broadcast shapes, or a tensor and a number."""
-    return tensor_api.sub(a, b)
-
-
-def mul(a, b):
-    """a * b elementwise: tensors of one shape, broadcast shapes, or a tensor and a number."""
-    return tensor_api.eltwise_mult(a, b)
-
-
-def less(x, y):
-    """1.0 where x < y, else 0.0 (no gradient)."""
-    return tensor_api.lt(x, y)
-
-
-def greater(x, y):
-    """1.0 where x > y, else 0.0 (no gradient)."""
-    return tensor_api.gt(x, y)
-
-
-def equal(x, y):
-    """1.0 where x == y, else 0.0 (no gradient)."""
-    return tensor_api.eq(x, y)
-
+# SINGA's autograd names for the arithmetic and comparisons of nnmem/ops/tensor_api.py: tensors
+# of one shape, broadcast shapes, or a tensor and a number.
+add, sub, mul = tensor_api.add, tensor_api.sub, tensor_api.eltwise_mult
+less, greater, equal = tensor_api.lt, tensor_api.gt, tensor_api.eq
 
 __all__ = [
     "ReLU",

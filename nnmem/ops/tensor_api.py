@@ -184,14 +184,18 @@ def _as_type(self, dtype):
     )
 
 
-def _to_type(self, dtype):
-    """Convert the data to `dtype` in place (SINGA's to_type): the tensor gets a new block."""
-    converted = _as_type(self, dtype)
+def _take_over(self, other):
+    """Make `self` hold `other`'s data (block, dtype, device); its old block is given back."""
     old = self.block
-    self.dtype = converted.dtype
-    self._set_block(converted.block)
+    self.dtype, self.device = other.dtype, other.device
+    self._set_block(other.block)
     old.dec_ref()
     return self
+
+
+def _to_type(self, dtype):
+    """Convert the data to `dtype` in place (SINGA's to_type): the tensor gets a new block."""
+    return _take_over(self, _as_type(self, dtype))
 
 
 def _to_device(self, device):
@@ -199,11 +203,9 @@ def _to_device(self, device):
     if device is self.device:
         return
     data = _tensor.to_numpy(self)
-    moved = Tensor(self.shape, device, self.dtype, requires_grad=False).copy_from_numpy(data)
-    old = self.block
-    self.device = device
-    self._set_block(moved.block)
-    old.dec_ref()
+    _take_over(
+        self, Tensor(self.shape, device, self.dtype, requires_grad=False).copy_from_numpy(data)
+    )
 
 
 def _to_host(self):
@@ -287,25 +289,11 @@ TENSOR_METHODS = {
 
 
 # -- SINGA's tensor functions -----------------------------------------------------------------
-def _unary(name, fn):
-    def apply(t):
-        return fn(t)
-
-    apply.__name__, apply.__doc__ = name, f"{name}(t), elementwise: a new tensor."
-    return apply
-
-
-exp = _unary("exp", pointwise.exp)
-log = _unary("log", pointwise.log)
-sqrt = _unary("sqrt", pointwise.sqrt)
-square = _unary("square", pointwise.square)
-tanh = _unary("tanh", pointwise.tanh)
-abs = _unary("abs", pointwise.abs)  # noqa: A001 (SINGA's name)
-sign = _unary("sign", pointwise.sign)
-
-
-sigmoid = _unary("sigmoid", _sigmoid)
-relu = _unary("relu", _relu)
+# The pointwise ones are the operators themselves (each a function of one tensor).
+exp, log, sqrt, square = pointwise.exp, pointwise.log, pointwise.sqrt, pointwise.square
+tanh, sign, ceil = pointwise.tanh, pointwise.sign, pointwise.ceil
+abs = pointwise.abs  # noqa: A001 (SINGA's name)
+sigmoid, relu = _sigmoid, _relu
 
 
 def pow(t, x, out=None):  # noqa: A001 (SINGA's name)
@@ -359,10 +347,6 @@ def concatenate(tensors, axis):
 def random(shape, device=None):
     """A tensor of samples of U[0, 1)."""
     return Tensor(shape, device).uniform(0.0, 1.0)
-
-
-def ceil(t):
-    return pointwise.ceil(t)
 
 
 def axpy(alpha, x, y):

@@ -3,6 +3,8 @@ CPU twins, on tiny shapes around the block and tile sizes (the simulator runs ev
 Python thread). Run with a GPU or NUMBA_ENABLE_CUDASIM=1 (in a pytest process of its own)."""
 
 import math
+import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -16,8 +18,11 @@ from cuda_testutil import (
     to_device,
 )
 
-from nnmem import autograd, device, layer, model, opt, tensor
-from nnmem.kernels import counter_rng
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from training import train_on_gradients  # noqa: E402
+
+from nnmem import device, opt  # noqa: E402
+from nnmem.kernels import counter_rng  # noqa: E402
 
 pytestmark = [needs_device, pytest.mark.usefixtures("launches_match_the_registry")]
 
@@ -285,47 +290,6 @@ def test_sgd_and_adam_optimiser_updates_read_schedules_at_the_step_count(rng, fi
     run_twins("adam_update", args, writes=[0, 2, 3])
 
 
-class _Scaled(layer.Layer):
-    """y = W * x elementwise: backward from y (with ones) gives W the gradient x."""
-
-    def __init__(self, w0):
-        super().__init__()
-        self.w0 = w0
-
-    def initialize(self, x):
-        self.W = tensor.Tensor(x.shape, x.device, x.dtype, stores_grad=True)
-        self.W.copy_from_numpy(self.w0)
-
-    def forward(self, x):
-        return autograd.mul(self.W, x)
-
-
-class _GradientIsInput(model.Model):
-    def __init__(self, w0):
-        super().__init__()
-        self.scaled = _Scaled(w0)
-
-    def forward(self, x):
-        return self.scaled(x)
-
-    def train_one_batch(self, x):
-        y = self.forward(x)
-        self.optimizer(y)
-        return y
-
-
-def _train_on_gradients(dev, optimizer, w0, grads, use_graph):
-    """W after one optimizer step per gradient on `dev`."""
-    m = _GradientIsInput(w0)
-    m.set_optimizer(optimizer)
-    tx = tensor.PlaceHolder(w0.shape, dev)
-    m.compile([tx], is_train=True, use_graph=use_graph)
-    for g in grads:
-        tx.copy_from_numpy(g)
-        m(tx)
-    return tensor.to_numpy(m.scaled.W)
-
-
 @pytest.mark.parametrize("use_graph", [False, True], ids=["eager", "graph"])
 def test_optimisers_with_schedules_on_the_cuda_device_match_the_cpu(rng, use_graph):
     """On a GPU a replayed step is one CUDA graph: the schedules must follow the step count it
@@ -343,7 +307,9 @@ def test_optimisers_with_schedules_on_the_cuda_device_match_the_cpu(rng, use_gra
     w0 = _randn(rng, (3, 5))
     grads = [_randn(rng, (3, 5)) for _ in range(6)]
     for make in optimizers:
-        on_cpu = _train_on_gradients(device.create_cpu_device("1MiB"), make(), w0, grads, use_graph)
-        on_gpu = _train_on_gradients(device.create_cuda_gpu("1MiB"), make(), w0, grads, use_graph)
+        on_cpu, _ = train_on_gradients(
+            device.create_cpu_device("1MiB"), make(), w0, grads, use_graph
+        )
+        on_gpu, _ = train_on_gradients(device.create_cuda_gpu("1MiB"), make(), w0, grads, use_graph)
         assert_close(on_gpu, on_cpu)
         assert not np.allclose(on_cpu, w0)
