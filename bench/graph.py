@@ -1,6 +1,6 @@
 """Graph mode: numbers unchanged, memory against the no-recycling baseline, replay speed.
 
-    python bench/graph.py [--iterations 30] [--steps 10] [--repeats 5] [--json out.json]
+    python bench/graph.py [--iterations 30] [--windows 3] [--seconds 2] [--json out.json]
 
 1. Identity: over `iterations` steps with the same seed and data, the losses and every
    parameter of eager, graph-serial and graph-BFS runs are compared bit for bit (seed CNN,
@@ -16,7 +16,7 @@
 import argparse
 
 import numpy as np
-from train import CASES, emit_json, measure
+from train import emit_json, measure
 
 from nnmem import device, opt, tensor
 from nnmem.memory import format_bytes
@@ -61,8 +61,8 @@ def identical(a, b):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=30)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--windows", type=int, default=3, help="timed windows per runner")
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of one window")
     parser.add_argument("--json", help="also write the JSON to this file")
     args = parser.parse_args()
     out = {"identity": {}, "memory": {}, "speed": {}}
@@ -116,9 +116,10 @@ def main():
         f"{summary['arena_over_lower_bound']:.4f}; {summary['inplace_merges']} in-place merges"
     )
 
-    print("\n3. speed, images/second (median of alternating repeats)")
+    print("\n3. speed, images/second (best of alternating windows, each runner its own process)")
     for name in ("mlp", "cnn"):
-        r = measure(name, CASES[name], args.steps, args.repeats, graph=True)
+        runners = ("nnmem_eager", "nnmem_graph", "pytorch")
+        r = measure(name, runners, args.windows, args.seconds, warmup=3)
         r["ratio_graph_vs_eager"] = r["nnmem_graph"] / r["nnmem_eager"]
         if "pytorch" in r:
             r["ratio_graph_vs_pytorch"] = r["nnmem_graph"] / r["pytorch"]

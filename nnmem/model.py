@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from nnmem import autograd, checkpoint
 from nnmem.checkpoint import CheckpointError  # noqa: F401 (re-exported)
+from nnmem.graph.concurrency import check_mode as check_concurrency
 from nnmem.graph.executor import CompiledStep, PlanTooLarge
 from nnmem.graph.offload import POLICIES
 from nnmem.graph.recompute import STRATEGIES
@@ -66,6 +67,7 @@ class Model(Layer):
         self.sequential = False
         self.recompute_strategy = "none"
         self.offload_policy, self.async_offload = "none", True
+        self.concurrency = "off"
         self.initialized = False
         self.optimizer = _NoOptimizer()
         self._graphs = {}  # (training, input shapes and dtypes) -> CompiledStep
@@ -84,6 +86,7 @@ class Model(Layer):
         offload="none",
         budget=None,
         async_offload=True,
+        concurrency="off",
     ):
         """Create the parameters from the inputs' shapes and fix the modes.
 
@@ -96,7 +99,11 @@ class Model(Layer):
         bytes the device pool may hold (None, a number, or text such as "1GiB"): an
         allocation above it fails like a full pool, and "dyn" picks the fastest policy
         that fits it; async_offload: vDNNExt's asynchronous engine (True) or vDNN's, which
-        synchronises compute and copies at every layer's end (see nnmem.graph.engine)."""
+        synchronises compute and copies at every layer's end (see nnmem.graph.engine);
+        concurrency: how many threads each operation runs with, "off" (all the cores, one
+        operation at a time), "auto", or the strategies "1", "1-2", "1-3", "1-4" of Runtime
+        Concurrency Control and Operation Scheduling (graph mode on the CPU device only; see
+        nnmem.graph.concurrency): the first replays profile every operation's thread count."""
         if not inputs or not all(isinstance(t, Tensor) for t in inputs):
             raise TypeError("compile(inputs): give a list of input tensors, e.g. [tx]")
         if recompute not in STRATEGIES:
@@ -115,10 +122,34 @@ class Model(Layer):
             )
         if not isinstance(async_offload, bool):
             raise TypeError(f"compile(async_offload={async_offload!r}): give True or False")
+        check_concurrency(concurrency)
         dev = inputs[0].device
+        if concurrency != "off":
+            if not use_graph:
+                raise ValueError(
+                    f"compile(concurrency={concurrency!r}) controls a recorded step's threads: "
+                    "compile with use_graph=True"
+                )
+            if dev.kind != "cpu":
+                raise ValueError(
+                    f"compile(concurrency={concurrency!r}): thread counts are for the CPU device "
+                    f"(this is a {dev.kind} device); leave concurrency='off'"
+                )
+            if offload != "none":
+                raise ValueError(
+                    f"compile(concurrency={concurrency!r}, offload={offload!r}): the two cannot "
+                    "be combined yet (the transfer engine orders the calls itself)"
+                )
+            if sequential and concurrency in ("1-3", "1-4", "auto"):
+                raise ValueError(
+                    f"compile(concurrency={concurrency!r}) co-runs operations as BFS finds them "
+                    "ready: compile with sequential=False, or use concurrency='1-2'"
+                )
+            check_concurrency(concurrency, dev)
         budget = None if budget is None else _budget_bytes(budget, dev)
         self.recompute_strategy = recompute
         self.offload_policy, self.async_offload = offload, async_offload
+        self.concurrency = concurrency
         dev.pool.budget = budget
         # eager offloading is the device's tensor cache ("dyn": the cache moves tensors only
         # when memory runs short, which is already dynamic, so it keeps every candidate)
@@ -325,6 +356,7 @@ class Model(Layer):
                     self.recompute_strategy,
                     self.offload_policy,
                     synchronous_offload=not self.async_offload,
+                    concurrency=self.concurrency,
                 )
             except PlanTooLarge as e:
                 too_large = e

@@ -51,6 +51,14 @@ EXPECTED = {
         "losses identical: True",
         "float16 / float32 liveness peak: 0.50",
     ],
+    "07_concurrency.ipynb": [
+        "GEMM bit-identical on every thread count: True",
+        "profiling steps: ",
+        "1-2   losses and states identical to 'off': True",
+        "1-3   losses and states identical to 'off': True",
+        "auto  losses and states identical to 'off': True",
+        "losses and states identical to 'off' after co-running: True",
+    ],
 }
 
 

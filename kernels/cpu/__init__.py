@@ -11,7 +11,8 @@ from its device (``x.device.kernels``), never from this module directly.
 
 They are compiled with ``_jit.njit``, which is ``numba.njit`` with Numba's on-disk cache kept
 outside the installed package (in Numba's user-wide cache folder, or ``NUMBA_CACHE_DIR``):
-``_jit.py`` explains why.
+``_jit.py`` explains why. The parallel ones run on Numba's TBB threads where the ``tbb`` wheel
+is installed (threads.py says why), and the GEMMs on the same threads (gemm.py, blas.py).
 """
 
 from . import (
@@ -28,6 +29,7 @@ from . import (
     reduce,
     softmax,
     strided,
+    threads,
     unary,
 )
 from .batchnorm import *  # noqa: F403
@@ -64,3 +66,5 @@ MODULES = (
     optim,
 )
 __all__ = [name for module in MODULES for name in module.__all__]
+
+threads.load_tbb()  # before any kernel runs: Numba chooses its threading layer at the first

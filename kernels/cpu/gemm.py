@@ -1,24 +1,106 @@
-"""Matrix multiplication: the one kernel that is plain Python, not Numba.
+"""Matrix multiplication: OpenBLAS's GEMM on pieces of the product, run by Numba's threads.
 
-Numba can only compile ``np.dot`` / ``@`` by linking SciPy's BLAS, and SciPy is
-not a dependency of nnmem. NumPy's own ``np.matmul`` already calls the BLAS it
-was built with (OpenBLAS in the wheels), which is multi-threaded and far faster
-than any loop nest we could write, so the kernel layer calls it from Python.
+The product out (M,N) = op(a) @ op(b) is cut into chunks of columns (or of rows, when M > N),
+and a Numba ``prange`` loop hands the chunks to its threads; each calls NumPy's OpenBLAS
+(blas.py), single-threaded, on its chunk. So the GEMMs use the same threads as every other
+kernel, as many as ``numba.set_num_threads`` gives the calling thread, and no second pool of
+threads fights Numba's for the cores (blas.py says what that costs).
 
-Memory contract: ``matmul`` writes into ``out`` and allocates nothing, provided
-``out`` does not overlap ``a`` or ``b`` (NumPy would silently make a temporary
-copy to resolve the overlap). ``a`` and ``b`` may be transposed or sliced views,
-which BLAS consumes directly through its transpose flags and leading dimensions.
+Memory contract: ``matmul`` writes into ``out`` and allocates nothing, provided ``out`` does not
+overlap ``a`` or ``b``. ``a`` and ``b`` may be transposed or sliced views (BLAS reads them through
+its transpose flags and leading dimensions); one with no unit stride (and an integer dtype)
+goes to ``np.matmul``, which copies it.
 
-Determinism: for fixed shapes, strides and thread count, OpenBLAS computes each
-output element with the same summation order on every call, so repeated calls
-give bit-identical results. Different shapes (e.g. a different chunking of a
-batch) may round differently in the last bits.
+Determinism: the chunk width depends on the shape only, never on the thread count, and each
+chunk is one single-threaded GEMM, which sums every element in a fixed order. So a product is
+bit-identical whatever the number of threads running it, and on every call.
+
+Without a usable OpenBLAS (blas.MISSING says why), ``np.matmul`` does the product, on the BLAS
+NumPy was built with, with that BLAS's own threads.
 """
 
 import numpy as np
+from numba import prange
+
+from . import blas
+from ._jit import njit
 
 __all__ = ["matmul"]
+
+MAX_CHUNKS = 16  # chunks of a product: enough to share among 16 threads
+MIN_CHUNK = 64  # rows or columns per chunk, at least (a multiple of every SIMD kernel's width)
+
+
+def gemm_chunk(extent):
+    """Rows or columns per chunk for a product `extent` wide in the dimension it is cut along:
+    at least MIN_CHUNK, at most MAX_CHUNKS chunks, a multiple of MIN_CHUNK. Plain Python."""
+    per = -(-extent // MAX_CHUNKS)
+    return max(MIN_CHUNK, -(-per // MIN_CHUNK) * MIN_CHUNK)
+
+
+def _gemm_in_chunks(gemm, by_rows, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, chunk, size):
+    """c = op(a) @ op(b) (row-major, addresses and leading dimensions in elements of `size`
+    bytes), one single-threaded GEMM per chunk of `chunk` rows (by_rows) or columns of c."""
+    extent = m if by_rows else n
+    for p in prange((extent + chunk - 1) // chunk):
+        lo = p * chunk
+        width = min(extent, lo + chunk) - lo
+        if by_rows:  # rows lo.. of op(a) and of c
+            step = 1 if ta == blas.TRANS else lda
+            gemm(
+                blas.ROW_MAJOR,
+                ta,
+                tb,
+                width,
+                n,
+                k,
+                1.0,
+                a + lo * step * size,
+                lda,
+                b,
+                ldb,
+                0.0,
+                c + lo * ldc * size,
+                ldc,
+            )
+        else:  # columns lo.. of op(b) and of c
+            step = ldb if tb == blas.TRANS else 1
+            gemm(
+                blas.ROW_MAJOR,
+                ta,
+                tb,
+                m,
+                width,
+                k,
+                1.0,
+                a,
+                lda,
+                b + lo * step * size,
+                ldb,
+                0.0,
+                c + lo * size,
+                ldc,
+            )
+
+
+# One compiled function per dtype: Numba would run the float32 one for dgemm as well (it takes
+# one foreign function's type for the other), passing float arguments where dgemm reads doubles.
+GEMM_IN_CHUNKS = {
+    np.dtype(np.float32): ("sgemm", njit(parallel=True, cache=True)(_gemm_in_chunks)),
+    np.dtype(np.float64): ("dgemm", njit(parallel=True, cache=True)(_gemm_in_chunks)),
+}
+
+
+def _blas_operand(x, trans):
+    """(flag, leading dimension) under which BLAS reads op(x) from x's bytes, or None when x
+    has no unit stride. A column-major x is the transpose of a row-major one: flip the flag."""
+    rows, cols = x.shape
+    s0, s1 = (s // x.itemsize for s in x.strides)
+    if (s1 == 1 or cols == 1) and s0 >= max(1, cols):
+        return (blas.TRANS if trans else blas.NO_TRANS), max(1, s0 if rows > 1 else cols)
+    if (s0 == 1 or rows == 1) and s1 >= max(1, rows):
+        return (blas.NO_TRANS if trans else blas.TRANS), max(1, s1 if cols > 1 else rows)
+    return None
 
 
 def matmul(out, a, b, trans_a=False, trans_b=False):
@@ -28,4 +110,38 @@ def matmul(out, a, b, trans_a=False, trans_b=False):
     Writes out (C-contiguous, same dtype); no workspace."""
     if out.dtype != a.dtype or out.dtype != b.dtype:
         raise TypeError(f"matmul: dtypes must match, got out={out.dtype}, a={a.dtype}, b={b.dtype}")
-    np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=out)
+    m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
+    n = b.shape[0] if trans_b else b.shape[1]
+    if out.shape != (m, n) or (b.shape[1] if trans_b else b.shape[0]) != k:
+        raise ValueError(f"matmul: shapes {a.shape}, {b.shape} -> {out.shape} do not agree")
+    if not out.flags.c_contiguous:
+        raise ValueError("matmul: out must be C-contiguous")
+    op_a, op_b = _blas_operand(a, trans_a), _blas_operand(b, trans_b)
+    if blas.FOUND is None or out.dtype not in GEMM_IN_CHUNKS or op_a is None or op_b is None:
+        np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=out)
+        return
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        out[...] = 0
+        return
+    by_rows = m > n
+    gemm, gemm_in_chunks = GEMM_IN_CHUNKS[out.dtype]
+    with blas.single_threaded():
+        gemm_in_chunks(
+            getattr(blas.FOUND, gemm),
+            by_rows,
+            op_a[0],
+            op_b[0],
+            m,
+            n,
+            k,
+            a.ctypes.data,
+            op_a[1],
+            b.ctypes.data,
+            op_b[1],
+            out.ctypes.data,
+            n,
+            gemm_chunk(m if by_rows else n),
+            out.itemsize,
+        )

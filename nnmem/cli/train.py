@@ -17,6 +17,7 @@ from nnmem.cli import arguments
 from nnmem.cli.arguments import UsageError
 from nnmem.cli.divergence import StateCopy, first_nonfinite_layer
 from nnmem.data import iterate_batches, load
+from nnmem.graph.concurrency import MODES
 from nnmem.graph.offload import POLICIES
 from nnmem.measure import measure_lanes, measure_step
 from nnmem.memory import OutOfMemory, format_bytes
@@ -66,6 +67,13 @@ def add_parser(commands):
         default=None,
         help="with --device cpu: copies to and from host memory run at this many GB/s, as "
         "over a GPU's PCIe link (e.g. 8), to see what offloading costs without a GPU",
+    )
+    p.add_argument(
+        "--concurrency",
+        default="off",
+        choices=sorted(MODES),
+        help="threads per operation, found by hill climbing in the first steps (graph mode, "
+        "CPU): 1, 1-2, 1-3 (co-running operations), 1-4 (and hyper-threads), auto (= 1-4)",
     )
     p.add_argument("--seed", type=arguments.non_negative_int, default=0)
     p.add_argument(
@@ -130,6 +138,14 @@ def run(args):
             "argument --link-gbps: it slows the CPU's copies to a GPU link's speed; a GPU has "
             "its own link: leave it out with --device cuda"
         )
+    if args.concurrency != "off":
+        for flag, wrong, why in (
+            ("--no-graph", args.no_graph, "it controls a recorded step's threads"),
+            ("--device cuda", args.device != "cpu", "thread counts are for the CPU"),
+            ("--offload", args.offload != "none", "the two cannot be combined yet"),
+        ):
+            if wrong:
+                raise UsageError(f"argument --concurrency: leave out {flag}: {why}")
     if args.timeline:
         require_matplotlib()
     x_train, y_train, x_test, y_test = load(args.data)
@@ -239,6 +255,7 @@ def train(args, dev, data, num_classes):
         offload=args.offload,
         budget=args.budget,
         async_offload=not args.sync_offload,
+        concurrency=args.concurrency,
     )
     print(
         f"{args.model} on {args.data}: {len(x_train)} training / {len(x_test)} test images "

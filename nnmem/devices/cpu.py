@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from nnmem.kernels import cpu as cpu_kernels
+from nnmem.kernels.cpu import threads as kernel_threads
 from nnmem.memory.storage import HostStorage
 
 from .base import Device
@@ -46,6 +47,14 @@ class CpuDevice(Device):
 
     def _make_storage(self, capacity, alignment):
         return HostStorage(capacity, alignment)
+
+    def threading_layer(self):
+        """Numba's threading layer the kernels run on: "tbb", "omp" or "workqueue"."""
+        return kernel_threads.threading_layer()
+
+    def can_corun(self):
+        """Can kernels be launched from several threads at once (co-running operations)?"""
+        return self.threading_layer() in kernel_threads.THREAD_SAFE_LAYERS
 
     def _write_from_host(self, tensor, write):
         write(tensor.raw)  # straight into the pool's bytes: host memory already

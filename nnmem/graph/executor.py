@@ -15,7 +15,9 @@ Compiling (once, right after the recording, before anything has run):
    offset inside it; offloaded tensors' host copies are laid out the same way in the host
    pool's arena;
 5. build every node's argument arrays once; a step that offloads hands its calls to the
-   transfer engine (engine.py), which puts the copies on the copy stream and adds the waits.
+   transfer engine (engine.py), which puts the copies on the copy stream and adds the waits;
+   a step with concurrency control (concurrency.py) profiles every operation's thread count
+   in its first replays, then runs each with its count, co-running independent ones.
 Replaying then calls the kernel functions with their ready arrays, in order: no Python
 operator code, no allocator call, no array construction. A Ctrl-C during the commit phase
 waits for its end, so a replay is either wholly applied or leaves the parameters untouched.
@@ -23,6 +25,7 @@ waits for its end, so a replay is either wholly applied or leaves the parameters
 
 import contextlib
 
+from nnmem.graph.concurrency import Concurrency
 from nnmem.graph.engine import TransferEngine
 from nnmem.graph.liveness import END, HOST, INTERMEDIATE, block_kinds, storages
 from nnmem.graph.offload import add_offload
@@ -57,8 +60,11 @@ class CompiledStep:
         recompute_strategy="none",
         offload="none",
         synchronous_offload=False,
+        concurrency="off",
     ):
         self.device, self.label = device, label
+        # concurrency control (concurrency.py): None is "off", every operation on all the cores
+        self.concurrency = None if concurrency == "off" else Concurrency(concurrency, device)
         self.recorded = recorder.nodes
         self.inputs = inputs
         self.result = result
@@ -267,6 +273,8 @@ class CompiledStep:
         self.calls = [
             (self.nodes[i].name, self.nodes[i].fn, arrays_of(self.nodes[i])) for i in self.order
         ]
+        if self.concurrency is not None:
+            self.concurrency.bind(self.nodes, self.order, self.split)
 
     # -- replaying -------------------------------------------------------------------------
     def replay(self, inputs, host_values=tuple):
@@ -288,6 +296,8 @@ class CompiledStep:
             with self.device.commit_phase():
                 launch()
             return self.result
+        if self.concurrency is not None:
+            self.concurrency.begin_step()
         if self.engine is None:
             self._run(self.calls[: self.split])
         else:
@@ -302,17 +312,27 @@ class CompiledStep:
                 raise
             self.device.offload_stats = self.engine.measure()
         with self.device.commit_phase():
-            self._run(self.calls[self.split :])
+            self._run(self.calls[self.split :], self.split)
+        if self.concurrency is not None:
+            self.concurrency.end_step()
         return self.result
 
-    def _run(self, calls):
+    def _run(self, calls, start=0):
+        """Run `calls` (positions start, start+1, ... of self.calls)."""
         dev = self.device
         if dev.verbosity or dev.memory_samples is not None:
             for name, fn, arrays in calls:
                 dev.run_kernel(name, fn, arrays)
+        elif self.concurrency is not None:
+            self.concurrency.run(calls, start)
         else:
             for _, fn, arrays in calls:
                 fn(*arrays)
+
+    def concurrency_profile(self):
+        """The concurrency control's profile (concurrency.py): per operation the thread counts
+        tried and their seconds, the choice, and what profiling cost; None when it is off."""
+        return None if self.concurrency is None else self.concurrency.profile()
 
     # -- what a learner looks at -----------------------------------------------------------
     def conv_algorithms(self):

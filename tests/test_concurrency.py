@@ -1,0 +1,329 @@
+"""Concurrency control (nnmem.graph.concurrency, hill_climbing, corun): the hill climb and
+its interpolation, the implicit dependencies that make co-running safe, the co-runner, and
+whole training steps whose numbers never change whatever the strategies."""
+
+import threading
+import time
+from types import SimpleNamespace
+
+import numba
+import numpy as np
+import pytest
+
+from nnmem import device, opt, tensor
+from nnmem.graph.concurrency import MODES, check_mode, op_key
+from nnmem.graph.corun import CoRunner, hazards, smt_threads_per_core
+from nnmem.graph.hill_climbing import Climb, HillClimbing
+from nnmem.models import create_model
+
+
+# -- hill climbing --------------------------------------------------------------------------
+def climb_on(curve, cores, interval, repeats=1):
+    """Run one key's climb against `curve` (threads -> seconds); the climb and its steps."""
+    climbing = HillClimbing(["op"], cores, interval, repeats)
+    while not climbing.done:
+        climbing.step_done({"op": curve(climbing.threads("op"))})
+    return climbing.climbs["op"], climbing.steps
+
+
+def test_the_climb_stops_where_the_time_rises():
+    """A convex curve with its bottom at 5 threads, interval 2: 1, 3, 5, 7 tried; 7 is slower
+    than 5, so the climb stops there and 5 is the best."""
+    climb, steps = climb_on(lambda t: 1.0 / t + 0.04 * t, cores=16, interval=2)
+    assert sorted(climb.tried) == [1, 3, 5, 7]
+    assert climb.best == 5
+    assert steps == 4
+
+
+def test_the_climb_stops_at_the_cores():
+    """Times that keep falling: every count up to the cores is tried (the last one capped at
+    the cores), and the most threads win."""
+    climb, _ = climb_on(lambda t: 1.0 / t, cores=6, interval=4)
+    assert sorted(climb.tried) == [1, 5, 6]
+    assert climb.best == 6
+    climb, _ = climb_on(lambda t: 1.0 / t, cores=1, interval=1)
+    assert climb.tried == {1: 1.0} and climb.best == 1
+
+
+def test_repeats_keep_the_fastest_sample():
+    samples = iter([3.0, 1.0, 0.5, 2.0])  # threads 1 twice, then threads 2 twice
+    climbing = HillClimbing(["op"], cores=2, interval=1, repeats=2)
+    while not climbing.done:
+        climbing.step_done({"op": next(samples)})
+    assert climbing.climbs["op"].tried == {1: 1.0, 2: 0.5}
+    assert climbing.steps == 4
+
+
+def test_instances_are_timed_together():
+    """Two instances of a key in a step: the step's summed time is shared between them."""
+    climbing = HillClimbing(["a", "a", "b"], cores=1)
+    climbing.step_done({"a": 4.0, "b": 1.0})
+    assert climbing.climbs["a"].instances == 2
+    assert climbing.climbs["a"].tried == {1: 2.0}
+
+
+def test_interpolation_between_tried_counts():
+    climb = Climb(cores=9, interval=4, repeats=1)
+    climb.tried = {1: 10.0, 5: 2.0, 9: 4.0}
+    assert climb.predict(5) == 2.0
+    assert climb.predict(3) == pytest.approx(6.0)  # halfway between 1 and 5
+    assert climb.predict(7) == pytest.approx(3.0)
+    climb.tried = {1: 10.0, 5: 2.0}
+    assert climb.predict(8) == 2.0  # past the last tried count: its time
+    assert climb.candidates() == [5, 6, 7]  # the three shortest predictions, fewest threads first
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="interval=0"):
+        HillClimbing(["op"], cores=2, interval=0)
+    with pytest.raises(ValueError, match="repeats=1.5"):
+        HillClimbing(["op"], cores=2, repeats=1.5)
+    for bad in ("on", 3, None, "1-5"):
+        with pytest.raises(ValueError, match="choose one of"):
+            check_mode(bad)
+    assert MODES["auto"] == (1, 2, 3, 4)
+
+
+# -- implicit dependencies ------------------------------------------------------------------
+def node(reads=(), writes=(), after=()):
+    """A stand-in node touching pool byte ranges (start, length)."""
+
+    def specs(ranges):
+        return [SimpleNamespace(block=SimpleNamespace(offset=o, nbytes=n)) for o, n in ranges]
+
+    return SimpleNamespace(reads=specs(reads), writes=specs(writes), after=tuple(after))
+
+
+def test_calls_sharing_planned_bytes_are_ordered():
+    """Nodes 0 and 2 are independent in the graph, but the plan gave node 2's output bytes that
+    node 1 still reads (the plan reuses them after node 1 in the replay order): node 2 must
+    wait for node 1 (write after read) -- and node 3, reading bytes node 2 wrote, for node 2."""
+    nodes = [
+        node(writes=[(0, 64)]),  # 0: a tensor at bytes 0-64
+        node(reads=[(0, 64)], writes=[(128, 64)]),  # 1: reads it
+        node(writes=[(32, 64)]),  # 2: its output reuses bytes 32-96
+        node(reads=[(64, 16)]),  # 3: reads 64-80, inside node 2's output
+        node(writes=[(512, 8)]),  # 4: bytes no one else touches
+    ]
+    recorded = [set(), {0}, set(), set(), set()]  # the recorded (graph) dependencies
+    waits = hazards(nodes, [0, 1, 2, 3, 4], recorded)
+    assert waits[1] == {0}
+    assert waits[2] == {0, 1}  # write after write (0), write after read (1)
+    assert waits[3] == {2}
+    assert waits[4] == set()
+
+
+def test_only_calls_of_the_range_are_waited_for():
+    """The commit phase's calls are not in the compute phase's list: a recorded predecessor
+    outside the positions is not a wait."""
+    nodes = [node(writes=[(0, 8)]), node(reads=[(0, 8)])]
+    assert hazards(nodes, [1], [set(), {0}]) == [set()]
+
+
+# -- the co-runner ---------------------------------------------------------------------------
+def sleeper(log, name, seconds):
+    def fn():
+        log.append((name, "start", time.perf_counter(), threading.current_thread().name))
+        time.sleep(seconds)
+        log.append((name, "end", time.perf_counter(), numba.get_num_threads()))
+
+    return fn
+
+
+def plan_of(count, seconds):
+    return (count, [count], lambda t: seconds)
+
+
+def test_independent_calls_co_run_and_dependent_ones_wait():
+    """Two independent 1-thread calls on 2 cores overlap; a third that waits for both starts
+    after both ended, with its own thread count."""
+    log = []
+    calls = [
+        ("a", sleeper(log, "a", 0.2), []),
+        ("b", sleeper(log, "b", 0.2), []),
+        ("c", sleeper(log, "c", 0.01), []),
+    ]
+    runner = CoRunner(cores=2)
+    runner.trace = []
+    start = time.perf_counter()
+    runner.run(calls, [set(), set(), {0, 1}], [plan_of(1, 0.2), plan_of(1, 0.2), plan_of(2, 0.01)])
+    elapsed = time.perf_counter() - start
+    times = {(n, e): t for n, e, t, _ in log}
+    assert times[("b", "start")] < times[("a", "end")]  # co-ran
+    assert elapsed < 0.35  # not 0.4: the two sleeps overlapped
+    assert times[("c", "start")] >= max(times[("a", "end")], times[("b", "end")])
+    threads_used = {n: x for n, e, _, x in log if e == "end"}
+    assert threads_used == {"a": 1, "b": 1, "c": 2}
+    assert sorted(name for name, *_ in runner.trace) == ["a", "b", "c"]
+
+
+def test_a_call_that_would_outlast_the_running_one_waits():
+    """Strategy 3: x (the most expensive ready call) starts; y, predicted shorter, co-runs
+    beside it; z, ready once y ends but predicted longer than x, waits for x to end."""
+    log = []
+    calls = [
+        ("x", sleeper(log, "x", 0.15), []),
+        ("y", sleeper(log, "y", 0.0), []),
+        ("z", sleeper(log, "z", 0.0), []),
+    ]
+    waits = [set(), set(), {1}]
+    CoRunner(cores=2).run(calls, waits, [plan_of(1, 1.0), plan_of(1, 0.5), plan_of(1, 5.0)])
+    times = {(n, e): t for n, e, t, _ in log}
+    assert times[("x", "start")] <= times[("y", "start")] < times[("x", "end")]
+    assert times[("z", "start")] >= times[("x", "end")]
+
+
+def test_a_failure_is_raised_after_the_running_calls_end():
+    log = []
+
+    def fail():
+        raise ArithmeticError("a kernel failed")
+
+    calls = [
+        ("slow", sleeper(log, "slow", 0.2), []),
+        ("fail", fail, []),
+        ("after", sleeper(log, "after", 0.0), []),
+    ]
+    with pytest.raises(ArithmeticError, match="a kernel failed"):
+        CoRunner(cores=2).run(
+            calls, [set(), set(), {1}], [plan_of(1, 0.2), plan_of(1, 0.01), plan_of(1, 0.0)]
+        )
+    names = [(n, e) for n, e, *_ in log]
+    assert ("slow", "end") in names  # waited for
+    assert ("after", "start") not in names  # never started
+
+
+def test_smt_is_read_from_the_topology():
+    per_core, source = smt_threads_per_core()
+    assert per_core >= 1 and source
+
+
+# -- whole steps -----------------------------------------------------------------------------
+ZOO = {
+    "resnet": ((4, 3, 16, 16), dict(depth=8, width=0.25)),
+    "inception": ((4, 3, 16, 16), dict(width=0.25, modules=2)),
+    "densenet": ((4, 3, 16, 16), dict(growth=4, layers_per_block=2, blocks=2)),
+}
+
+
+def train(name, mode, steps=7, seed=0):
+    """Losses, final states and the compiled step of `steps` training steps."""
+    shape, kwargs = ZOO[name]
+    dev = device.create_cpu_device("512MiB")
+    dev.SetRandSeed(seed)
+    model = create_model(name, num_classes=5, **kwargs)
+    model.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
+    tx = tensor.PlaceHolder(shape, dev)
+    ty = tensor.PlaceHolder(shape[:1], dev, tensor.int32)
+    model.compile([tx], is_train=True, use_graph=True, concurrency=mode)
+    rng = np.random.default_rng(seed)
+    losses = []
+    for _ in range(steps):
+        tx.copy_from_numpy(rng.standard_normal(shape).astype(np.float32))
+        ty.copy_from_numpy(rng.integers(0, 5, shape[0]).astype(np.int32))
+        losses.append(float(tensor.to_numpy(model(tx, ty)[1])[0]))
+    states = {k: tensor.to_numpy(v) for k, v in model.get_states().items()}
+    return losses, states, model.compiled_step(tx, ty)
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_every_strategy_gives_the_same_bits(name):
+    """Losses and every parameter, momentum and BatchNorm statistic are bit-identical to the
+    serial replay with all the cores, through the profiling steps and after them."""
+    losses, states, _ = train(name, "off")
+    for mode in ("1", "1-2", "1-3", "auto"):
+        other_losses, other_states, step = train(name, mode)
+        assert other_losses == losses, mode
+        for key, value in states.items():
+            np.testing.assert_array_equal(other_states[key], value, err_msg=f"{mode} {key}")
+        assert step.concurrency_profile()["profiling_done"], mode
+
+
+def test_operations_do_co_run():
+    """The bit-identity above is not vacuous. With every operation's best count made 1 (as on a
+    machine where small operations stop scaling at one thread), a ResNet's independent calls
+    start beside running ones (the scheduler's own count), the numbers stay those of the serial
+    replay, and the traced bars say which worker ran what with how many threads."""
+    losses, states, _ = train("resnet", "off", steps=7)
+    shape, kwargs = ZOO["resnet"]
+    dev = device.create_cpu_device("512MiB")
+    dev.SetRandSeed(0)
+    model = create_model("resnet", num_classes=5, **kwargs)
+    model.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
+    tx, ty = tensor.PlaceHolder(shape, dev), tensor.PlaceHolder(shape[:1], dev, tensor.int32)
+    model.compile([tx], is_train=True, use_graph=True, concurrency="1-3")
+    rng = np.random.default_rng(0)
+    seen = []
+    for i in range(7):
+        tx.copy_from_numpy(rng.standard_normal(shape).astype(np.float32))
+        ty.copy_from_numpy(rng.integers(0, 5, shape[0]).astype(np.int32))
+        if i == 1:  # after the first (recording) step: one thread is best for everything
+            step = model.compiled_step(tx, ty)
+            for climb in step.concurrency.climbing.climbs.values():
+                climb.tried, climb.done = {1: 1e-4, 2: 2e-4}, True
+            step.concurrency.trace()
+        seen.append(float(tensor.to_numpy(model(tx, ty)[1])[0]))
+    assert seen == losses
+    for key, value in model.get_states().items():
+        np.testing.assert_array_equal(tensor.to_numpy(value), states[key])
+    assert step.concurrency_profile()["corun_starts"] >= 1
+    bars = step.concurrency.lanes()
+    assert bars and min(start for *_, start, _ in bars) == 0.0
+    assert {threads for _, threads, *_ in bars} == {1}
+    assert len({lane for _, _, lane, *_ in bars}) >= 2
+
+
+def test_the_profile_says_what_was_tried_and_chosen():
+    _, _, step = train("inception", "auto")
+    profile = step.concurrency_profile()
+    cores = numba.config.NUMBA_NUM_THREADS
+    assert profile["cores"] == cores and profile["mode"] == "auto"
+    assert profile["profiling_steps"] >= 1 and profile["profiling_seconds"] > 0
+    assert profile["threading_layer"] in ("tbb", "omp")
+    assert profile["strategy_4_active"] == (profile["smt_threads_per_core"] > 1)
+    ops = profile["operations"]
+    assert any(op["type"].startswith("Conv2d forward") for op in ops.values())
+    for op in ops.values():
+        assert op["done"] and op["tried"] and min(op["tried"]) == 1
+        assert op["best"] in op["tried"] and 1 <= op["type_count"] <= cores
+        assert all(seconds > 0 for seconds in op["tried"].values())
+    # Strategy 2: every instance of a type runs with one count
+    by_type = {}
+    for op in ops.values():
+        by_type.setdefault(op["type"], set()).add(op["type_count"])
+    assert all(len(counts) == 1 for counts in by_type.values())
+
+
+def test_off_has_no_profile():
+    _, _, step = train("resnet", "off", steps=2)
+    assert step.concurrency_profile() is None
+
+
+def test_the_caller_keeps_its_thread_count():
+    before = numba.get_num_threads()
+    train("resnet", "1-2", steps=4)
+    assert numba.get_num_threads() == before
+
+
+def test_compile_refuses_what_cannot_work():
+    dev = device.create_cpu_device("64MiB")
+    model = create_model("mlp", hidden=(8,))
+    tx = tensor.PlaceHolder((4, 1, 28, 28), dev)
+    with pytest.raises(ValueError, match="use_graph=True"):
+        model.compile([tx], is_train=True, use_graph=False, concurrency="auto")
+    with pytest.raises(ValueError, match="sequential=False"):
+        model.compile([tx], is_train=True, use_graph=True, sequential=True, concurrency="1-3")
+    with pytest.raises(ValueError, match="cannot be combined"):
+        model.compile([tx], is_train=True, use_graph=True, offload="all", concurrency="1-2")
+    with pytest.raises(ValueError, match="choose one of"):
+        model.compile([tx], is_train=True, use_graph=True, concurrency="fast")
+    model.compile([tx], is_train=True, use_graph=True, sequential=True, concurrency="1-2")
+
+
+def test_keys_tell_operations_apart_by_type_and_shapes():
+    _, _, step = train("resnet", "off", steps=1)
+    keys = {op_key(step.nodes[i]) for i in step.order}
+    types = {k[0] for k in keys}
+    assert any(t.startswith("Conv2d forward") for t in types)
+    assert any(t.startswith("Conv2d backward") for t in types)
+    assert len(keys) > len(types)  # the same type at several shapes
