@@ -202,8 +202,9 @@ class Linear(Layer):
 class Conv2d(Layer):
     """2-D convolution. Conv2d(nb_kernels, kernel_size, ...) or Conv2d(in_channels, nb_kernels,
     kernel_size, stride, padding) (SINGA). activation="RELU" appends a ReLU. algorithm is
-    "auto" (the faster of gemm, its workspace sized to the free memory, and direct: timed at
-    the first run), "gemm" or "direct". group=g splits channels and filters into g groups
+    "auto" (the fastest of gemm, its workspace sized to the free memory, conv3x3 for 3x3
+    filters with stride 1 and padding 1, and direct: timed at the first run), "gemm", "direct"
+    or "conv3x3". group=g splits channels and filters into g groups
     (W is (nb_kernels, C/g, KH, KW); runs the direct kernels)."""
 
     def __init__(

@@ -73,6 +73,25 @@ def test_conv2d(algorithm, stride, padding):
     )
 
 
+@pytest.mark.parametrize("algorithm", ["conv3x3", "auto"])
+def test_conv2d_3x3_on_padded_planes(algorithm):
+    """3x3 filters, stride 1, padding 1: the padded-plane kernels (kernels/cpu/conv3x3.py)."""
+    check_gradients(
+        lambda x, w, b: autograd.conv2d(x, w, b, 1, 1, algorithm),
+        randn(2, 3, 5, 4),
+        randn(4, 3, 3, 3),
+        randn(4),
+    )
+
+
+def test_conv3x3_refuses_another_geometry():
+    x, w = tensor.from_numpy(randn(1, 2, 5, 5)), tensor.from_numpy(randn(3, 2, 3, 3))
+    with pytest.raises(ValueError, match="3x3 filters with stride 1 and padding 1"):
+        autograd.conv2d(x, w, None, 2, 1, "conv3x3")
+    with pytest.raises(ValueError, match="for group=1"):
+        autograd.conv2d(x, tensor.from_numpy(randn(2, 1, 3, 3)), None, 1, 1, "conv3x3", 2)
+
+
 def test_conv2d_without_bias():
     check_gradients(
         lambda x, w: autograd.conv2d(x, w, None, 1, 1), randn(1, 3, 4, 4), randn(2, 3, 3, 3)

@@ -19,6 +19,7 @@ from . import (
     batchnorm,
     concat,
     conv,
+    conv3x3,
     elementwise,
     embedding,
     gemm,
@@ -35,6 +36,7 @@ from . import (
 from .batchnorm import *  # noqa: F403
 from .concat import *  # noqa: F403
 from .conv import *  # noqa: F403
+from .conv3x3 import *  # noqa: F403
 from .elementwise import *  # noqa: F403
 from .embedding import *  # noqa: F403
 from .gemm import *  # noqa: F403
@@ -51,6 +53,7 @@ from .unary import UNARY_CODES  # noqa: F401 (a table operators read via a devic
 
 MODULES = (
     conv,
+    conv3x3,
     pool,
     batchnorm,
     elementwise,

@@ -18,7 +18,8 @@ memory); max-pooling backward adds with atomics (see pool.py).
 
 Importing this package compiles nothing and needs no GPU: kernels are compiled at their first
 launch (``_launch.py``). Pure host helpers (``conv2d_output_shape``, ``pool2d_output_shape``,
-``conv2d_gemm_workspace_per_sample``) are the CPU modules' own functions.
+``conv2d_gemm_workspace_per_sample``, ``conv3x3_applies``, ``conv3x3_workspace_per_sample``) are
+the CPU modules' own functions.
 """
 
 from ..cpu.strided import BINARY_CODES, MAX_DIMS  # noqa: F401 (tables operators read via a device)
@@ -27,6 +28,7 @@ from . import (
     batchnorm,
     concat,
     conv,
+    conv3x3,
     elementwise,
     embedding,
     gemm,
@@ -42,6 +44,7 @@ from . import (
 from .batchnorm import *  # noqa: F403
 from .concat import *  # noqa: F403
 from .conv import *  # noqa: F403
+from .conv3x3 import *  # noqa: F403
 from .elementwise import *  # noqa: F403
 from .embedding import *  # noqa: F403
 from .gemm import *  # noqa: F403
@@ -57,6 +60,7 @@ from .unary import *  # noqa: F403
 # The same modules in the same order as kernels/cpu, so the two __all__ lists match name for name.
 MODULES = (
     conv,
+    conv3x3,
     pool,
     batchnorm,
     elementwise,

@@ -1,7 +1,9 @@
 """2-D convolution (NCHW, cross-correlation as in every DL framework), with a bias.
 
-Two algorithms: "gemm" (im2col + one large matrix product per chunk of samples: needs a
-workspace) and "direct" (loops, no workspace). With algorithm="auto" (SuperNeurons 3.5) each
+Three algorithms: "gemm" (im2col + one large matrix product per chunk of samples: needs a
+workspace), "direct" (loops, no workspace), and for 3x3 filters with stride 1 and padding 1,
+"conv3x3" (loops over padded planes, which it keeps in the same workspace: kernels/cpu/conv3x3.py
+says why it beats the GEMM for few channels). With algorithm="auto" (SuperNeurons 3.5) each
 pass follows the memory free at its step: the gemm workspace gets as many samples per chunk as
 the pool's free memory allows, and the first time the pass runs it times every algorithm whose
 workspace fits (``Device.time_kernel``: the way the device will run it), keeps the fastest and
@@ -20,7 +22,7 @@ from nnmem.operation import Operator
 
 #: Upper bound on one convolution's workspace; beyond it more, smaller GEMMs cost little.
 WORKSPACE_LIMIT_BYTES = 256 * 2**20
-ALGORITHMS = ("auto", "gemm", "direct")
+ALGORITHMS = ("auto", "gemm", "direct", "conv3x3")
 #: (device kind, pass, shapes, workspace, stride, padding, dtype) -> what "auto" chose.
 BENCHMARKED = {}
 
@@ -35,6 +37,8 @@ class Conv2d(Operator):
         if not isinstance(group, int) or group < 1:
             raise ValueError(f"conv2d: group must be a positive int, not {group!r}")
         self.stride, self.padding, self.group = tuple(stride), tuple(padding), group
+        if algorithm == "conv3x3" and group != 1:
+            raise ValueError(f"conv2d: algorithm='conv3x3' is for group=1, not {group}")
         self.algorithm = algorithm if group == 1 else "direct"
 
     def forward(self, x, W, b=None):
@@ -55,10 +59,24 @@ class Conv2d(Operator):
             )
         out_shape = K.conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw)
         self.geometry = (c, h, w, o, kh, kw)
+        if self.algorithm == "conv3x3" and not K.conv3x3_applies(kh, kw, sh, sw, ph, pw):
+            raise ValueError(
+                f"conv2d: algorithm='conv3x3' is for 3x3 filters with stride 1 and padding 1, "
+                f"not {kh}x{kw} with stride {self.stride} and padding {self.padding}; use 'auto'"
+            )
         self.has_bias = b is not None
         y = self.output(out_shape, x.dtype)
         ws = self._workspace(n, x.dtype, extra_bytes=y.memsize())
-        self._conv_pass("forward", K.conv2d_forward_direct, K.conv2d_forward_gemm, y, x, W, ws)
+        self._conv_pass(
+            "forward",
+            K.conv2d_forward_direct,
+            K.conv2d_forward_gemm,
+            y,
+            x,
+            W,
+            ws,
+            K.conv3x3_forward,
+        )
         if b is not None:
             self.run(lambda y_, b_, _: K.add_bias_nchw(y_, b_), reads=(b, y), writes=(y,))
         self.save(x if self.needs_grad[1] else None, W if self.needs_grad[0] else None)
@@ -89,6 +107,7 @@ class Conv2d(Operator):
                 dy,
                 W,
                 ws,
+                K.conv3x3_backward_data,
             )
         if dW is not None:
             self._conv_pass(
@@ -99,16 +118,23 @@ class Conv2d(Operator):
                 dy,
                 x,
                 ws,
+                K.conv3x3_backward_filter,
             )
         if self.has_bias and self.needs_grad[2]:
             db = self.output((o,), dy.dtype)
             self.run(K.bias_grad_nchw, reads=(dy,), writes=(db,))
         return (dx, dW, db) if self.has_bias else (dx, dW)
 
-    def _conv_pass(self, pass_name, direct, gemm, out, a, b, ws):
-        """Run one of the three convolution passes, out = f(a, b), with the gemm algorithm when
-        there is a workspace and the direct one otherwise ("auto": the faster of the two)."""
+    def _conv_pass(self, pass_name, direct, gemm, out, a, b, ws, padded):
+        """Run one of the three convolution passes, out = f(a, b), with the gemm algorithm (or
+        `padded`, the conv3x3 kernel) when there is a workspace and the direct one otherwise
+        ("auto": the fastest of them)."""
         (sh, sw), (ph, pw), g = self.stride, self.padding, self.group
+        if self.algorithm == "conv3x3":
+            self.run(
+                lambda out_, ws_, a_, b_: padded(out_, a_, b_, ws_), reads=(a, b), writes=(out, ws)
+            )
+            return
         if ws is None:
             self.run(
                 lambda out_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw, g),
@@ -116,10 +142,12 @@ class Conv2d(Operator):
                 writes=(out,),
             )
             return
-        candidates = {  # both take the workspace's array, so either can run in the other's place
+        candidates = {  # all take the workspace's array, so any can run in another's place
             "gemm": lambda out_, ws_, a_, b_: gemm(out_, a_, b_, ws_, sh, sw, ph, pw),
-            "direct": lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw),
         }
+        if self._conv3x3_fits(ws):
+            candidates["conv3x3"] = lambda out_, ws_, a_, b_: padded(out_, a_, b_, ws_)
+        candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
         if self.algorithm == "gemm":
             self.run(candidates["gemm"], reads=(a, b), writes=(out, ws))
             return
@@ -135,6 +163,14 @@ class Conv2d(Operator):
         fastest.conv_algorithm = (pass_name, lambda: BENCHMARKED.get(key, "not run yet"))
         self.run(fastest, reads=(a, b), writes=(out, ws))
 
+    def _conv3x3_fits(self, ws):
+        """Is conv3x3 a candidate: its geometry, and one sample's padded planes in `ws`?"""
+        c, h, w, o, kh, kw = self.geometry
+        (sh, sw), (ph, pw) = self.stride, self.padding
+        if self.group != 1 or not self.kernels.conv3x3_applies(kh, kw, sh, sw, ph, pw):
+            return False
+        return ws.size() >= self.kernels.conv3x3_workspace_per_sample(c, o, h, w)
+
     def _workspace(self, n, dtype, extra_bytes):
         """The gemm workspace tensor sized to the free memory, or None for the direct algorithm.
 
@@ -145,6 +181,8 @@ class Conv2d(Operator):
             return None
         c, h, w, o, kh, kw = self.geometry
         (sh, sw), (ph, pw) = self.stride, self.padding
+        if self.algorithm == "conv3x3":  # its own, smaller workspace: the whole batch's planes
+            return self.output((n * K.conv3x3_workspace_per_sample(c, o, h, w),), dtype)
         per_sample = K.conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw)
         itemsize = dtype.itemsize
         samples = n

@@ -13,7 +13,13 @@ pytest.importorskip("numba.cuda")
 from nnmem.kernels import cpu  # noqa: E402
 from nnmem.kernels import cuda as gpu  # noqa: E402
 
-HOST_HELPERS = ["conv2d_output_shape", "pool2d_output_shape", "conv2d_gemm_workspace_per_sample"]
+HOST_HELPERS = [
+    "conv2d_output_shape",
+    "pool2d_output_shape",
+    "conv2d_gemm_workspace_per_sample",
+    "conv3x3_applies",
+    "conv3x3_workspace_per_sample",
+]
 
 
 def _python_signature(f):

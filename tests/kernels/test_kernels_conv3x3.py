@@ -1,0 +1,121 @@
+"""The 3x3 convolution kernels on padded planes (kernels/cpu/conv3x3.py) against the direct
+kernels (themselves checked against a reference in test_kernels_conv.py): every pass, every
+chunking of the batch, float64 to rounding, float32 to its precision."""
+
+import numba
+import numpy as np
+import pytest
+from kernel_testutil import assert_close64
+
+from nnmem.kernels.cpu import (
+    conv2d_backward_data_direct,
+    conv2d_backward_filter_direct,
+    conv2d_forward_direct,
+    conv3x3_applies,
+    conv3x3_backward_data,
+    conv3x3_backward_filter,
+    conv3x3_forward,
+    conv3x3_workspace_per_sample,
+)
+
+SHAPES = [(2, 3, 5, 4, 4), (3, 5, 7, 6, 4), (1, 1, 1, 1, 1), (4, 16, 8, 8, 16), (2, 2, 3, 9, 3)]
+
+
+def arrays(rng, shape, dtype=np.float64):
+    n, c, h, w, o = shape
+    x = rng.standard_normal((n, c, h, w)).astype(dtype)
+    wt = rng.standard_normal((o, c, 3, 3)).astype(dtype)
+    dy = rng.standard_normal((n, o, h, w)).astype(dtype)
+    return x, wt, dy
+
+
+def direct_passes(x, wt, dy):
+    y, dx, dw = np.empty_like(dy), np.empty_like(x), np.empty_like(wt)
+    conv2d_forward_direct(y, x, wt, 1, 1, 1, 1)
+    conv2d_backward_data_direct(dx, dy, wt, 1, 1, 1, 1)
+    conv2d_backward_filter_direct(dw, dy, x, 1, 1, 1, 1)
+    return y, dx, dw
+
+
+def padded_passes(x, wt, dy, samples):
+    """The three passes with a workspace of `samples` samples' planes (the batch in chunks)."""
+    n, c, h, w = x.shape
+    ws = np.full(samples * conv3x3_workspace_per_sample(c, wt.shape[0], h, w), np.nan, x.dtype)
+    y, dx, dw = (np.full_like(a, np.nan) for a in (dy, x, wt))
+    conv3x3_forward(y, x, wt, ws)
+    conv3x3_backward_data(dx, dy, wt, ws)
+    conv3x3_backward_filter(dw, dy, x, ws)
+    return y, dx, dw
+
+
+def test_the_geometry_it_applies_to():
+    assert conv3x3_applies(3, 3, 1, 1, 1, 1)
+    for other in [(3, 3, 2, 2, 1, 1), (3, 3, 1, 1, 0, 0), (5, 5, 1, 1, 2, 2), (1, 1, 1, 1, 0, 0)]:
+        assert not conv3x3_applies(*other)
+    assert conv3x3_workspace_per_sample(4, 6, 5, 7) == 6 * (7 * 9 + 2)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_pass_matches_the_direct_kernels_in_every_chunking(rng, shape):
+    """float64: the same sums to rounding, whether the batch runs in one chunk or one sample
+    at a time (backward filter then adds the chunks' sums in order)."""
+    x, wt, dy = arrays(rng, shape)
+    expected = direct_passes(x, wt, dy)
+    for samples in sorted({1, 2, shape[0]}):
+        for got, want in zip(padded_passes(x, wt, dy, samples), expected):
+            assert_close64(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_float32_to_its_precision(rng):
+    x, wt, dy = arrays(rng, (4, 16, 12, 12, 8), np.float32)
+    expected = direct_passes(*(a.astype(np.float64) for a in (x, wt, dy)))
+    for got, want in zip(padded_passes(x, wt, dy, 4), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_the_same_bits_on_any_number_of_threads(rng):
+    x, wt, dy = arrays(rng, (4, 8, 10, 10, 8), np.float32)
+    before = numba.get_num_threads()
+    results = []
+    try:
+        for threads in range(1, numba.config.NUMBA_NUM_THREADS + 1):
+            numba.set_num_threads(threads)
+            results.append(padded_passes(x, wt, dy, 4))
+    finally:
+        numba.set_num_threads(before)
+    for result in results[1:]:
+        for got, first in zip(result, results[0]):
+            np.testing.assert_array_equal(got, first)
+
+
+def test_nan_and_inf_propagate(rng):
+    """The filter's reassociated sums assume nothing about NaN or infinity: a NaN or infinite
+    input reaches every output it reaches in the direct kernels, as NaN or infinity. One
+    difference, from the padding: an infinite dy times the zero border is NaN (IEEE 0 * inf),
+    where the direct kernel skips the border's terms and gives a finite number or infinity; so
+    backward filter may be NaN in a few more entries, never finite where the direct one is not."""
+    x, wt, dy = arrays(rng, (2, 3, 6, 6, 4))
+    x[0, 1, 2, 3] = np.nan
+    dy[1, 2, 0, 0] = np.inf
+    y, dx, dw = padded_passes(x, wt, dy, 2)
+    want_y, want_dx, want_dw = direct_passes(x, wt, dy)
+    for got, want in ((y, want_y), (dx, want_dx)):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    assert not np.any(np.isfinite(dw) & ~np.isfinite(want_dw))
+    x2, wt2, dy2 = arrays(rng, (2, 3, 6, 6, 4))
+    x2[1, 0, 5, 5] = np.nan  # a NaN in x alone: the same NaNs as the direct kernel
+    np.testing.assert_array_equal(
+        np.isnan(padded_passes(x2, wt2, dy2, 1)[2]), np.isnan(direct_passes(x2, wt2, dy2)[2])
+    )
+
+
+def test_bad_shapes_and_small_workspaces_are_refused(rng):
+    x, wt, dy = arrays(rng, (2, 3, 5, 5, 4))
+    ws = np.empty(conv3x3_workspace_per_sample(3, 4, 5, 5))
+    with pytest.raises(ValueError, match="the input's H and W"):
+        conv3x3_forward(np.empty((2, 4, 4, 4)), x, wt, ws)
+    with pytest.raises(ValueError, match=r"\(O, C, 3, 3\)"):
+        conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt[:, :, :2], ws)
+    with pytest.raises(ValueError, match="one sample's padded planes"):
+        conv3x3_backward_filter(np.empty_like(wt), dy, x, ws[: 3 * (7 * 7 + 2) - 1])
