@@ -35,6 +35,27 @@ def test_train_reports_each_epoch(capsys):
         ), line
 
 
+def test_train_with_concurrency_control(capsys):
+    args = ["train", "--epochs", "1", "--max-batches", "6", "--concurrency", "auto"]
+    assert main(args) == 0
+    out, _ = capsys.readouterr()
+    assert "epoch 1" in out
+
+
+@pytest.mark.parametrize(
+    "extra,says",
+    [
+        (["--concurrency", "fast"], "invalid choice"),
+        (["--concurrency", "auto", "--no-graph"], "leave out --no-graph"),
+        (["--concurrency", "1-2", "--offload", "all"], "leave out --offload"),
+    ],
+)
+def test_concurrency_flags_that_cannot_work_are_one_line(capsys, extra, says):
+    assert main(["train", *extra]) == 2
+    line = one_line_error(capsys)
+    assert "--concurrency" in line and says in line
+
+
 def test_train_mlp_eagerly(capsys):
     assert (
         main(["train", "--model", "mlp", "--epochs", "1", "--max-batches", "2", "--no-graph"]) == 0

@@ -16,6 +16,10 @@ from nnmem.graph.corun import CoRunner, hazards, smt_threads_per_core
 from nnmem.graph.hill_climbing import Climb, HillClimbing
 from nnmem.models import create_model
 
+needs_two_threads = pytest.mark.skipif(
+    numba.config.NUMBA_NUM_THREADS < 2, reason="runs calls with 2 threads: needs 2 cores"
+)
+
 
 # -- hill climbing --------------------------------------------------------------------------
 def climb_on(curve, cores, interval, repeats=1):
@@ -134,6 +138,7 @@ def plan_of(count, seconds):
     return (count, [count], lambda t: seconds)
 
 
+@needs_two_threads
 def test_independent_calls_co_run_and_dependent_ones_wait():
     """Two independent 1-thread calls on 2 cores overlap; a third that waits for both starts
     after both ended, with its own thread count."""
@@ -191,6 +196,25 @@ def test_a_failure_is_raised_after_the_running_calls_end():
     names = [(n, e) for n, e, *_ in log]
     assert ("slow", "end") in names  # waited for
     assert ("after", "start") not in names  # never started
+
+
+@needs_two_threads
+def test_strategy_4_puts_a_small_call_on_a_busy_cores_sibling():
+    """With two hardware threads per core: while a call holds every core, the smallest ready
+    call starts beside it on a sibling thread, with one thread; without SMT it waits."""
+    for smt, beside in ((2, True), (1, False)):
+        log = []
+        calls = [
+            ("big", sleeper(log, "big", 0.15), []),
+            ("small", sleeper(log, "small", 0.0), []),
+        ]
+        runner = CoRunner(cores=2, smt=smt)
+        runner.run(calls, [set(), set()], [plan_of(2, 1.0), plan_of(1, 0.1)])
+        times = {(n, e): t for n, e, t, _ in log}
+        threads = {n: x for n, e, _, x in log if e == "end"}
+        assert threads == {"big": 2, "small": 1}
+        assert (times[("small", "start")] < times[("big", "end")]) == beside, smt
+        assert runner.corun_starts == (1 if beside else 0)
 
 
 def test_smt_is_read_from_the_topology():

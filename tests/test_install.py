@@ -23,15 +23,31 @@ from nnmem.kernels.cpu import (
     _window,
     batchnorm,
     conv,
+    conv3x3,
     elementwise,
+    gemm,
     loss,
     lrn,
     optim,
     pool,
     reduce,
+    threads,
 )
 
-KERNEL_MODULES = [_window, batchnorm, conv, elementwise, loss, lrn, optim, pool, reduce]
+KERNEL_MODULES = [
+    _window,
+    batchnorm,
+    conv,
+    conv3x3,
+    elementwise,
+    gemm,
+    loss,
+    lrn,
+    optim,
+    pool,
+    reduce,
+    threads,
+]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(K.__file__))
 
 needs_jit = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="NUMBA_DISABLE_JIT: no compiling")
@@ -100,6 +116,14 @@ def test_numba_cache_dir_is_used_and_the_second_process_loads_instead_of_compili
     path_again, second = _run(code, tmp_path, NUMBA_CACHE_DIR=str(cache))
     assert path_again == path
     assert second == "1 0"  # loaded from the cache, not compiled
+
+
+def test_the_version_is_the_installed_one():
+    import importlib.metadata
+
+    import nnmem
+
+    assert nnmem.__version__ == importlib.metadata.version("nnmem")
 
 
 @needs_jit

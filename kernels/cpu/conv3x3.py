@@ -17,15 +17,20 @@ elements (i + p)*W2 + j + q of its padded plane: no bounds to test in the loop.
 Backward data is the forward pass of the padded dy, with the filters flipped and their two
 channel axes swapped: dx[n,c,i,j] = sum_{o,p,q} w[o,c,2-p,2-q] dypad[n,o,i+p,j+q].
 Backward filter is nine dot products per (filter, channel) pair and sample, added up in
-sample order: dw[o,c,p,q] = sum_n sum_{i,j} dy[n,o,i,j] xpad[n,c,i+p,j+q].
+sample order: dw[o,c,p,q] = sum_n sum_{i,j} dy[n,o,i,j] xpad[n,c,i+p,j+q], each one loop over
+the plane, with dy copied into rows as long as the padded ones (zeros in the extra columns).
 
-Workspace: ``conv3x3_workspace_per_sample`` elements per sample (the padded planes of x, or of dy
-for backward data); the batch runs in chunks of as many samples as the workspace holds, and
-backward filter adds the chunks' sums into dw in chunk order.
+Workspace: ``conv3x3_workspace_per_sample`` elements per sample: the padded planes of x (of dy
+for backward data), and each output plane's sums in rows as long as the padded ones, so that
+one loop runs over a whole plane (for the 8x8 planes of ResNet's last stage a row alone is too
+short a loop to pay for itself); the batch runs in chunks of as many samples as the workspace
+holds, and backward filter adds the chunks' sums into dw in chunk order.
 
 Non-finite numbers: a NaN or infinity reaches every output it reaches in the direct kernels. One
-difference comes from the padding: in backward filter, an infinite dy times the zero border is
-NaN (IEEE 0 * inf), where the direct kernel skips the border's terms.
+difference comes from the padding: backward filter multiplies zeros (the border, the extra
+columns of dy's rows) with what lies beside them, and 0 * inf or 0 * NaN is NaN, where the
+direct kernel skips those terms; so a few more entries of dw may be NaN, none finite that the
+direct kernel makes NaN or infinite.
 
 Determinism: one thread computes each output element (each dw entry) in a fixed order, so the
 result does not depend on the thread count. Backward filter's dot products are vectorised by
@@ -66,20 +71,19 @@ plane_size = njit(cache=True)(_plane)
 
 
 def conv3x3_workspace_per_sample(c, o, h, w):
-    """Workspace elements one sample needs in any of the passes: max(C, O) padded planes.
+    """Workspace elements one sample needs in any of the passes: the padded planes of its
+    input and the row-padded sums of its output (C and O planes forward, O and C backward).
     Plain Python."""
-    return max(c, o) * _plane(h, w)
+    return max(c, o) * _plane(h, w) + max(c, o) * h * (w + 2)
 
 
-def _check(y, x, w, workspace, channels):
+def _check(y, x, w):
     n, c, h, wd = x.shape
     o = w.shape[0]
     if w.shape[1] != c or w.shape[2] != 3 or w.shape[3] != 3:
         raise ValueError("conv3x3: w must have shape (O, C, 3, 3)")
     if y.shape[0] != n or y.shape[1] != o or y.shape[2] != h or y.shape[3] != wd:
         raise ValueError("conv3x3: y must have shape (N, O, H, W), the input's H and W")
-    if workspace.ndim != 1 or workspace.size < channels * plane_size(h, wd):
-        raise ValueError("conv3x3: the workspace must hold one sample's padded planes")
 
 
 check = njit(cache=True)(_check)
@@ -105,19 +109,41 @@ def _pad(padded, x):
 pad = njit(parallel=True, cache=True)(_pad)
 
 
-def _planes_forward(y, padded, w, flipped):
+def _widen(rows, x):
+    """rows[n, c] = x[n, c] in rows of W + 2 elements, the two extra ones zero. Writes rows
+    (N, C, H*(W+2)); parallel over planes."""
+    nb, c, h, wd = x.shape
+    w2 = wd + 2
+    for t in prange(nb * c):
+        n = t // c
+        ci = t % c
+        plane = rows[n, ci]
+        for i in range(h):
+            for j in range(wd):
+                plane[_u(i * w2 + j)] = x[n, ci, i, j]
+            plane[_u(i * w2 + wd)] = 0
+            plane[_u(i * w2 + wd + 1)] = 0
+
+
+widen = njit(parallel=True, cache=True)(_widen)
+
+
+def _planes_forward(y, padded, acc, w, flipped):
     """y[n,a,i,j] = sum_{b,p,q} f[a,b,p,q] padded[n,b,(i+p)*W2+j+q], with f = w (flipped False:
     a filter, b a channel) or f[a,b,p,q] = w[b,a,2-p,2-q] (flipped True: backward data).
-    Overwrites y; parallel over output planes."""
+    Each output plane is summed in acc[n, a] (H*W2 elements: rows as long as the padded ones,
+    two columns of them never read), one loop over the whole plane per input channel, then
+    copied into y. Overwrites y and acc; parallel over output planes."""
     nb, na, h, wd = y.shape
     ni = padded.shape[1]
     w2 = wd + 2
+    size = h * w2
     for t in prange(nb * na):
         n = t // na
         a = t % na
-        for i in range(h):
-            for j in range(wd):
-                y[n, a, i, j] = 0
+        out = acc[n, a]
+        for u in range(size):
+            out[u] = 0
         for b in range(ni):
             if flipped:
                 w00, w01, w02 = w[b, a, 2, 2], w[b, a, 2, 1], w[b, a, 2, 0]
@@ -128,61 +154,58 @@ def _planes_forward(y, padded, w, flipped):
                 w10, w11, w12 = w[a, b, 1, 0], w[a, b, 1, 1], w[a, b, 1, 2]
                 w20, w21, w22 = w[a, b, 2, 0], w[a, b, 2, 1], w[a, b, 2, 2]
             src = padded[n, b]
-            for i in range(h):
-                r0 = _u(i * w2)
-                r1 = r0 + _u(w2)
-                r2 = r1 + _u(w2)
-                out = y[n, a, i]
-                for j in range(wd):
-                    v = _u(j)
-                    out[v] += (
-                        w00 * src[r0 + v]
-                        + w01 * src[r0 + v + _u(1)]
-                        + w02 * src[r0 + v + _u(2)]
-                        + w10 * src[r1 + v]
-                        + w11 * src[r1 + v + _u(1)]
-                        + w12 * src[r1 + v + _u(2)]
-                        + w20 * src[r2 + v]
-                        + w21 * src[r2 + v + _u(1)]
-                        + w22 * src[r2 + v + _u(2)]
-                    )
+            r1 = _u(w2)
+            r2 = _u(2 * w2)
+            for u in range(size):
+                v = _u(u)
+                out[v] += (
+                    w00 * src[v]
+                    + w01 * src[v + _u(1)]
+                    + w02 * src[v + _u(2)]
+                    + w10 * src[r1 + v]
+                    + w11 * src[r1 + v + _u(1)]
+                    + w12 * src[r1 + v + _u(2)]
+                    + w20 * src[r2 + v]
+                    + w21 * src[r2 + v + _u(1)]
+                    + w22 * src[r2 + v + _u(2)]
+                )
+        for i in range(h):
+            for j in range(wd):
+                y[n, a, i, j] = out[_u(i * w2 + j)]
 
 
 planes_forward = njit(parallel=True, cache=True)(_planes_forward)
 
 
-def _planes_filter(dw, dy, padded, accumulate):
-    """dw[o,c,p,q] (+)= sum_{n,i,j} dy[n,o,i,j] padded[n,c,(i+p)*W2+j+q]: overwrites dw, or adds
+def _planes_filter(dw, rows, padded, w2, accumulate):
+    """dw[o,c,p,q] (+)= sum_{n,u} rows[n,o,u] padded[n,c,u+p*W2+q], where rows holds dy in rows
+    as long as the padded ones, W2 (zeros in the two extra columns: widen). Overwrites dw, or adds
     to it (accumulate: a later chunk of the batch). Parallel over filters o: a thread keeps its
-    dy[n, o] plane in the L1 cache while the C padded planes of sample n stream past it; each
+    rows[n, o] in the L1 cache while the C padded planes of sample n stream past it; each
     dw[o, c] sums its samples in order, n = 0, 1, ..."""
-    nb, o, h, wd = dy.shape
+    nb, o, size = rows.shape
     c = padded.shape[1]
-    w2 = wd + 2
+    r1 = _u(w2)
+    r2 = _u(2 * w2)
     for oc in prange(o):
         for n in range(nb):
-            g = dy[n, oc]
+            g = rows[n, oc]
             for ci in range(c):
                 src = padded[n, ci]
                 zero = dw.dtype.type(0)  # sums in the arrays' own dtype
                 s00 = s01 = s02 = s10 = s11 = s12 = s20 = s21 = s22 = zero
-                for i in range(h):
-                    r0 = _u(i * w2)
-                    r1 = r0 + _u(w2)
-                    r2 = r1 + _u(w2)
-                    row = g[i]
-                    for j in range(wd):
-                        v = _u(j)
-                        d = row[v]
-                        s00 += d * src[r0 + v]
-                        s01 += d * src[r0 + v + _u(1)]
-                        s02 += d * src[r0 + v + _u(2)]
-                        s10 += d * src[r1 + v]
-                        s11 += d * src[r1 + v + _u(1)]
-                        s12 += d * src[r1 + v + _u(2)]
-                        s20 += d * src[r2 + v]
-                        s21 += d * src[r2 + v + _u(1)]
-                        s22 += d * src[r2 + v + _u(2)]
+                for u in range(size):
+                    v = _u(u)
+                    d = g[v]
+                    s00 += d * src[v]
+                    s01 += d * src[v + _u(1)]
+                    s02 += d * src[v + _u(2)]
+                    s10 += d * src[r1 + v]
+                    s11 += d * src[r1 + v + _u(1)]
+                    s12 += d * src[r1 + v + _u(2)]
+                    s20 += d * src[r2 + v]
+                    s21 += d * src[r2 + v + _u(1)]
+                    s22 += d * src[r2 + v + _u(2)]
                 sums = ((s00, s01, s02), (s10, s11, s12), (s20, s21, s22))
                 for p in range(3):
                     for q in range(3):
@@ -197,47 +220,59 @@ planes_filter = njit(parallel=True, cache=True, fastmath={"reassoc", "nsz", "con
 )
 
 
-def _chunks(n, workspace, channels, h, w):
-    """Samples per chunk: as many padded samples as the workspace holds (at least one)."""
-    return max(1, min(n, workspace.size // (channels * _plane(h, w))))
+def _chunks(n, workspace, per_sample):
+    """Samples per chunk: as many as the workspace holds; it must hold one."""
+    if workspace.ndim != 1 or workspace.size < per_sample:
+        raise ValueError(
+            f"conv3x3: the workspace has {workspace.size} elements, one sample's padded planes "
+            f"and sums need {per_sample} (conv3x3_workspace_per_sample)"
+        )
+    return min(n, workspace.size // per_sample)
 
 
-def _padded_view(workspace, b, channels, h, w):
-    return workspace[: b * channels * _plane(h, w)].reshape(b, channels, _plane(h, w))
+def _views(workspace, b, inputs, outputs, h, w):
+    """(padded (b, inputs, plane), acc (b, outputs, H*W2)) at the start of the workspace."""
+    plane, rows = _plane(h, w), h * (w + 2)
+    padded = workspace[: b * inputs * plane].reshape(b, inputs, plane)
+    end = b * inputs * plane + b * outputs * rows
+    return padded, workspace[b * inputs * plane : end].reshape(b, outputs, rows)
+
+
+def _forward(out, source, w, workspace, flipped):
+    """out = the padded-plane convolution of source (see _planes_forward), in chunks."""
+    n, ni, h, wd = source.shape
+    na = out.shape[1]
+    per = ni * _plane(h, wd) + na * h * (wd + 2)
+    b = _chunks(n, workspace, per)
+    for n0 in range(0, n, b):
+        chunk = source[n0 : n0 + b]
+        padded, acc = _views(workspace, chunk.shape[0], ni, na, h, wd)
+        pad(padded, chunk)
+        planes_forward(out[n0 : n0 + b], padded, acc, w, flipped)
 
 
 def conv3x3_forward(y, x, w, workspace):
     """y = conv2d(x, w), 3x3, stride 1, padding 1. Writes y; uses workspace."""
-    check(y, x, w, workspace, x.shape[1])
-    n, c, h, wd = x.shape
-    b = _chunks(n, workspace, c, h, wd)
-    for n0 in range(0, n, b):
-        chunk = x[n0 : n0 + b]
-        padded = _padded_view(workspace, chunk.shape[0], c, h, wd)
-        pad(padded, chunk)
-        planes_forward(y[n0 : n0 + b], padded, w, False)
+    check(y, x, w)
+    _forward(y, x, w, workspace, False)
 
 
 def conv3x3_backward_data(dx, dy, w, workspace):
     """dx = adjoint of conv3x3 w.r.t. x. Overwrites dx; uses workspace."""
-    check(dy, dx, w, workspace, dy.shape[1])
-    n, o, h, wd = dy.shape
-    b = _chunks(n, workspace, o, h, wd)
-    for n0 in range(0, n, b):
-        chunk = dy[n0 : n0 + b]
-        padded = _padded_view(workspace, chunk.shape[0], o, h, wd)
-        pad(padded, chunk)
-        planes_forward(dx[n0 : n0 + b], padded, w, True)
+    check(dy, dx, w)
+    _forward(dx, dy, w, workspace, True)
 
 
 def conv3x3_backward_filter(dw, dy, x, workspace):
     """dw = adjoint of conv3x3 w.r.t. w, the chunks' sums added in order. Overwrites dw; uses
     workspace."""
-    check(dy, x, dw, workspace, x.shape[1])
+    check(dy, x, dw)
     n, c, h, wd = x.shape
-    b = _chunks(n, workspace, c, h, wd)
+    o = dy.shape[1]
+    b = _chunks(n, workspace, c * _plane(h, wd) + o * h * (wd + 2))
     for n0 in range(0, n, b):
         chunk = x[n0 : n0 + b]
-        padded = _padded_view(workspace, chunk.shape[0], c, h, wd)
+        padded, rows = _views(workspace, chunk.shape[0], c, o, h, wd)
         pad(padded, chunk)
-        planes_filter(dw, dy[n0 : n0 + b], padded, n0 > 0)
+        widen(rows, dy[n0 : n0 + b])
+        planes_filter(dw, rows, padded, wd + 2, n0 > 0)

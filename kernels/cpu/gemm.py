@@ -85,9 +85,11 @@ def _gemm_in_chunks(gemm, by_rows, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, chun
 
 # One compiled function per dtype: Numba would run the float32 one for dgemm as well (it takes
 # one foreign function's type for the other), passing float arguments where dgemm reads doubles.
+sgemm_in_chunks = njit(parallel=True, cache=True)(_gemm_in_chunks)
+dgemm_in_chunks = njit(parallel=True, cache=True)(_gemm_in_chunks)
 GEMM_IN_CHUNKS = {
-    np.dtype(np.float32): ("sgemm", njit(parallel=True, cache=True)(_gemm_in_chunks)),
-    np.dtype(np.float64): ("dgemm", njit(parallel=True, cache=True)(_gemm_in_chunks)),
+    np.dtype(np.float32): ("sgemm", sgemm_in_chunks),
+    np.dtype(np.float64): ("dgemm", dgemm_in_chunks),
 }
 
 
