@@ -19,35 +19,10 @@ import pytest
 from numba.core.dispatcher import Dispatcher
 
 import nnmem.kernels.cpu as K
-from nnmem.kernels.cpu import (
-    _window,
-    batchnorm,
-    conv,
-    conv3x3,
-    elementwise,
-    gemm,
-    loss,
-    lrn,
-    optim,
-    pool,
-    reduce,
-    threads,
-)
+from nnmem.kernels.cpu import _window, threads
 
-KERNEL_MODULES = [
-    _window,
-    batchnorm,
-    conv,
-    conv3x3,
-    elementwise,
-    gemm,
-    loss,
-    lrn,
-    optim,
-    pool,
-    reduce,
-    threads,
-]
+# every module of kernels (K.MODULES), their shared helpers, and the threading layer's probe
+KERNEL_MODULES = [*K.MODULES, _window, threads]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(K.__file__))
 
 needs_jit = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="NUMBA_DISABLE_JIT: no compiling")

@@ -46,41 +46,14 @@ def _gemm_in_chunks(gemm, by_rows, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, chun
         lo = p * chunk
         width = min(extent, lo + chunk) - lo
         if by_rows:  # rows lo.. of op(a) and of c
-            step = 1 if ta == blas.TRANS else lda
-            gemm(
-                blas.ROW_MAJOR,
-                ta,
-                tb,
-                width,
-                n,
-                k,
-                1.0,
-                a + lo * step * size,
-                lda,
-                b,
-                ldb,
-                0.0,
-                c + lo * ldc * size,
-                ldc,
-            )
+            rows, cols = width, n
+            a_at = a + lo * (1 if ta == blas.TRANS else lda) * size
+            b_at, c_at = b, c + lo * ldc * size
         else:  # columns lo.. of op(b) and of c
-            step = ldb if tb == blas.TRANS else 1
-            gemm(
-                blas.ROW_MAJOR,
-                ta,
-                tb,
-                m,
-                width,
-                k,
-                1.0,
-                a,
-                lda,
-                b + lo * step * size,
-                ldb,
-                0.0,
-                c + lo * size,
-                ldc,
-            )
+            rows, cols = m, width
+            b_at = b + lo * (ldb if tb == blas.TRANS else 1) * size
+            a_at, c_at = a, c + lo * size
+        gemm(blas.ROW_MAJOR, ta, tb, rows, cols, k, 1.0, a_at, lda, b_at, ldb, 0.0, c_at, ldc)
 
 
 # One compiled function per dtype: Numba would run the float32 one for dgemm as well (it takes
