@@ -21,7 +21,8 @@ sample order: dw[o,c,p,q] = sum_n sum_{i,j} dy[n,o,i,j] xpad[n,c,i+p,j+q], each 
 the plane, with dy copied into rows as long as the padded ones (zeros in the extra columns).
 
 Workspace: ``conv3x3_workspace_per_sample`` elements per sample: the padded planes of x (of dy
-for backward data), and each output plane's sums in rows as long as the padded ones, so that
+for backward data), and each output plane's sums (and one spare) in rows as long as the padded
+ones, so that
 one loop runs over a whole plane (for the 8x8 planes of ResNet's last stage a row alone is too
 short a loop to pay for itself); the batch runs in chunks of as many samples as the workspace
 holds, and backward filter adds the chunks' sums into dw in chunk order.
@@ -74,7 +75,7 @@ def conv3x3_workspace_per_sample(c, o, h, w):
     """Workspace elements one sample needs in any of the passes: the padded planes of its
     input and the row-padded sums of its output (C and O planes forward, O and C backward).
     Plain Python."""
-    return max(c, o) * _plane(h, w) + max(c, o) * h * (w + 2)
+    return max(c, o) * _plane(h, w) + (max(c, o) + 1) * h * (w + 2)
 
 
 def _check(y, x, w):
@@ -131,47 +132,65 @@ widen = njit(parallel=True, cache=True)(_widen)
 def _planes_forward(y, padded, acc, w, flipped):
     """y[n,a,i,j] = sum_{b,p,q} f[a,b,p,q] padded[n,b,(i+p)*W2+j+q], with f = w (flipped False:
     a filter, b a channel) or f[a,b,p,q] = w[b,a,2-p,2-q] (flipped True: backward data).
+
     Each output plane is summed in acc[n, a] (H*W2 elements: rows as long as the padded ones,
     two columns of them never read), one loop over the whole plane per input channel, then
-    copied into y. Overwrites y and acc; parallel over output planes."""
+    copied into y. Two output planes share each loop: the nine inputs of an element are loaded
+    once for both (measured 1.3-1.5x faster than one plane per loop); with an odd number of
+    planes the last one's partner is acc[n, na], a spare plane that is never read. Every
+    plane's sum is the same expression in the same order whatever its partner: the same bits.
+    Overwrites y and acc; parallel over pairs of output planes."""
     nb, na, h, wd = y.shape
     ni = padded.shape[1]
     w2 = wd + 2
     size = h * w2
-    for t in prange(nb * na):
-        n = t // na
-        a = t % na
+    r1, r2 = _u(w2), _u(2 * w2)
+    pairs = (na + 1) // 2
+    for t in prange(nb * pairs):
+        n = t // pairs
+        a = (t % pairs) * 2
+        a2 = a + 1 if a + 1 < na else a  # the weights of the partner (the spare: any)
         out = acc[n, a]
+        out2 = acc[n, a + 1]  # acc[n, na] when a is the last plane
         for u in range(size):
             out[u] = 0
+            out2[u] = 0
         for b in range(ni):
             if flipped:
-                w00, w01, w02 = w[b, a, 2, 2], w[b, a, 2, 1], w[b, a, 2, 0]
-                w10, w11, w12 = w[b, a, 1, 2], w[b, a, 1, 1], w[b, a, 1, 0]
-                w20, w21, w22 = w[b, a, 0, 2], w[b, a, 0, 1], w[b, a, 0, 0]
+                f00, f01, f02 = w[b, a, 2, 2], w[b, a, 2, 1], w[b, a, 2, 0]
+                f10, f11, f12 = w[b, a, 1, 2], w[b, a, 1, 1], w[b, a, 1, 0]
+                f20, f21, f22 = w[b, a, 0, 2], w[b, a, 0, 1], w[b, a, 0, 0]
+                g00, g01, g02 = w[b, a2, 2, 2], w[b, a2, 2, 1], w[b, a2, 2, 0]
+                g10, g11, g12 = w[b, a2, 1, 2], w[b, a2, 1, 1], w[b, a2, 1, 0]
+                g20, g21, g22 = w[b, a2, 0, 2], w[b, a2, 0, 1], w[b, a2, 0, 0]
             else:
-                w00, w01, w02 = w[a, b, 0, 0], w[a, b, 0, 1], w[a, b, 0, 2]
-                w10, w11, w12 = w[a, b, 1, 0], w[a, b, 1, 1], w[a, b, 1, 2]
-                w20, w21, w22 = w[a, b, 2, 0], w[a, b, 2, 1], w[a, b, 2, 2]
+                f00, f01, f02 = w[a, b, 0, 0], w[a, b, 0, 1], w[a, b, 0, 2]
+                f10, f11, f12 = w[a, b, 1, 0], w[a, b, 1, 1], w[a, b, 1, 2]
+                f20, f21, f22 = w[a, b, 2, 0], w[a, b, 2, 1], w[a, b, 2, 2]
+                g00, g01, g02 = w[a2, b, 0, 0], w[a2, b, 0, 1], w[a2, b, 0, 2]
+                g10, g11, g12 = w[a2, b, 1, 0], w[a2, b, 1, 1], w[a2, b, 1, 2]
+                g20, g21, g22 = w[a2, b, 2, 0], w[a2, b, 2, 1], w[a2, b, 2, 2]
             src = padded[n, b]
-            r1 = _u(w2)
-            r2 = _u(2 * w2)
             for u in range(size):
                 v = _u(u)
+                x00, x01, x02 = src[v], src[v + _u(1)], src[v + _u(2)]
+                x10, x11, x12 = src[r1 + v], src[r1 + v + _u(1)], src[r1 + v + _u(2)]
+                x20, x21, x22 = src[r2 + v], src[r2 + v + _u(1)], src[r2 + v + _u(2)]
                 out[v] += (
-                    w00 * src[v]
-                    + w01 * src[v + _u(1)]
-                    + w02 * src[v + _u(2)]
-                    + w10 * src[r1 + v]
-                    + w11 * src[r1 + v + _u(1)]
-                    + w12 * src[r1 + v + _u(2)]
-                    + w20 * src[r2 + v]
-                    + w21 * src[r2 + v + _u(1)]
-                    + w22 * src[r2 + v + _u(2)]
-                )
+                    f00 * x00 + f01 * x01 + f02 * x02
+                    + f10 * x10 + f11 * x11 + f12 * x12
+                    + f20 * x20 + f21 * x21 + f22 * x22
+                )  # fmt: skip
+                out2[v] += (
+                    g00 * x00 + g01 * x01 + g02 * x02
+                    + g10 * x10 + g11 * x11 + g12 * x12
+                    + g20 * x20 + g21 * x21 + g22 * x22
+                )  # fmt: skip
         for i in range(h):
             for j in range(wd):
                 y[n, a, i, j] = out[_u(i * w2 + j)]
+                if a + 1 < na:
+                    y[n, a + 1, i, j] = out2[_u(i * w2 + j)]
 
 
 planes_forward = njit(parallel=True, cache=True)(_planes_forward)
@@ -242,11 +261,11 @@ def _forward(out, source, w, workspace, flipped):
     """out = the padded-plane convolution of source (see _planes_forward), in chunks."""
     n, ni, h, wd = source.shape
     na = out.shape[1]
-    per = ni * _plane(h, wd) + na * h * (wd + 2)
+    per = ni * _plane(h, wd) + (na + 1) * h * (wd + 2)  # + the spare plane
     b = _chunks(n, workspace, per)
     for n0 in range(0, n, b):
         chunk = source[n0 : n0 + b]
-        padded, acc = _views(workspace, chunk.shape[0], ni, na, h, wd)
+        padded, acc = _views(workspace, chunk.shape[0], ni, na + 1, h, wd)
         pad(padded, chunk)
         planes_forward(out[n0 : n0 + b], padded, acc, w, flipped)
 

@@ -52,7 +52,7 @@ def test_the_geometry_it_applies_to():
     assert conv3x3_applies(3, 3, 1, 1, 1, 1)
     for other in [(3, 3, 2, 2, 1, 1), (3, 3, 1, 1, 0, 0), (5, 5, 1, 1, 2, 2), (1, 1, 1, 1, 0, 0)]:
         assert not conv3x3_applies(*other)
-    assert conv3x3_workspace_per_sample(4, 6, 5, 7) == 6 * (7 * 9 + 2) + 6 * 5 * 9
+    assert conv3x3_workspace_per_sample(4, 6, 5, 7) == 6 * (7 * 9 + 2) + 7 * 5 * 9
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -121,4 +121,4 @@ def test_bad_shapes_and_small_workspaces_are_refused(rng):
     with pytest.raises(ValueError, match="one sample's padded planes"):
         conv3x3_backward_filter(np.empty_like(wt), dy, x, ws[: 3 * (7 * 7 + 2) - 1])
     with pytest.raises(ValueError, match="one sample's padded planes"):  # planes and sums
-        conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt, ws[: 3 * (7 * 7 + 2) + 4 * 5 * 7 - 1])
+        conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt, ws[: 3 * (7 * 7 + 2) + 5 * 5 * 7 - 1])
