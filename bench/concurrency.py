@@ -124,6 +124,7 @@ def main():
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3, help="steps per timed window")
     parser.add_argument("--interval", type=int, default=4, help="hill climbing's interval")
+    parser.add_argument("--settle", type=float, default=0.5, help="pause between windows (s)")
     parser.add_argument("--json", help="also write the JSON to this file")
     args = parser.parse_args()
     for flag in ("windows", "steps", "interval"):
@@ -139,6 +140,7 @@ def main():
         best = {mode: float("inf") for mode in MODES}
         for _ in range(args.windows):  # alternating windows: every mode sees the same machine
             for mode, (model, tx, ty, losses, _) in runs.items():
+                time.sleep(args.settle)  # the last window's idle threads go to sleep first
                 start = time.perf_counter()
                 for _ in range(args.steps):
                     losses.append(loss_of(model(tx, ty)))

@@ -143,7 +143,11 @@ class CoRunner:
 
     def run(self, calls, waits, plan):
         """Run every call once, each after the calls it waits for; raise the first failure
-        after every started call has ended."""
+        after every started call has ended.
+
+        A call that runs alone on every core (nothing running beside it, no hyper-threads to
+        share) runs on this thread: handing it to a worker would only add the hand-off (tens
+        of microseconds, as long as a small kernel). Its trace lane is -1."""
         n = len(calls)
         remaining = [len(w) for w in waits]
         followers = [[] for _ in range(n)]
@@ -152,55 +156,69 @@ class CoRunner:
                 followers[q].append(p)
         ready = [p for p in range(n) if remaining[p] == 0]
         running = {}  # position -> (threads, on hyper-threads?, predicted seconds)
-        busy = 0  # physical cores in use
-        siblings_busy = 0
+        busy = [0, 0]  # physical cores, then sibling hardware threads, in use
         self._ensure_workers(self.cores * self.smt)
-        finished, error = 0, None
+        finished, errors = 0, []
         self.corun_starts = 0
+
+        def complete(p, lane, threads, start, end, failure):
+            nonlocal finished
+            finished += 1
+            if self.trace is not None:
+                self.trace.append((calls[p][0], threads, lane, start, end))
+            if failure is not None:
+                errors.append(failure)
+                return
+            for q in followers[p]:
+                remaining[q] -= 1
+                if remaining[q] == 0:
+                    ready.append(q)
+
         try:
             while finished < n:
-                while ready and error is None:
-                    choice = self._choose(ready, running, busy, siblings_busy, plan)
+                while ready and not errors:
+                    choice = self._choose(ready, running, busy[0], busy[1], plan)
                     if choice is None:
                         break
                     p, threads, on_siblings = choice
                     ready.remove(p)
+                    _, fn, arrays = calls[p]
+                    if not running and threads >= self.cores and self.smt == 1:
+                        complete(p, -1, threads, *self._run_here(fn, arrays, threads))
+                        continue
                     self.corun_starts += bool(running)
                     running[p] = (threads, on_siblings, plan[p][2](threads))
-                    if on_siblings:
-                        siblings_busy += threads
-                    else:
-                        busy += threads
-                    name, fn, arrays = calls[p]
+                    busy[on_siblings] += threads
                     self._tasks.put((p, fn, arrays, threads))
                 if not running:
-                    break  # an error stopped the scheduling, and nothing is left running
+                    break  # done, or an error stopped the scheduling and nothing is left running
                 p, lane, threads, start, end, failure = self._done.get()
                 held, on_siblings, _ = running.pop(p)
-                if on_siblings:
-                    siblings_busy -= held
-                else:
-                    busy -= held
-                finished += 1
-                if self.trace is not None:
-                    self.trace.append((calls[p][0], threads, lane, start, end))
-                if failure is not None:
-                    error = error or failure
-                    continue
-                for q in followers[p]:
-                    remaining[q] -= 1
-                    if remaining[q] == 0:
-                        ready.append(q)
+                busy[on_siblings] -= held
+                complete(p, lane, threads, start, end, failure)
         except BaseException:
             # a Ctrl-C while waiting: the running calls still write their bytes; let them end
             while running:
                 p, *_ = self._done.get()
                 running.pop(p, None)
             raise
-        if error is not None:
-            raise error
+        if errors:
+            raise errors[0]
         if finished < n:
             raise RuntimeError("co-running: calls left that wait for each other; a bug in nnmem")
+
+    @staticmethod
+    def _run_here(fn, arrays, threads):
+        """(start, end, failure) of fn(*arrays) run on this thread with `threads` threads (the
+        caller's count is put back by concurrency.py when the step's calls are done)."""
+        start = time.perf_counter()
+        try:
+            numba.set_num_threads(threads)
+            fn(*arrays)
+            failure = None
+        except Exception as e:  # as a worker would report it; a Ctrl-C goes up at once
+            failure = e
+        return start, time.perf_counter(), failure
 
     def _choose(self, ready, running, busy, siblings_busy, plan):
         """(position, threads, on hyper-threads) of the next call to start, or None."""
