@@ -198,6 +198,38 @@ def test_a_failure_is_raised_after_the_running_calls_end():
     assert ("after", "start") not in names  # never started
 
 
+def test_an_interrupt_in_a_co_run_call_fails_the_step_and_nothing_changes():
+    """A Ctrl-C (KeyboardInterrupt) raised by a kernel of the compute phase reaches the caller
+    after the running calls ended, and the model's failed step puts every state back; the next
+    step then trains on as if nothing had happened."""
+    shape, kwargs = ZOO["resnet"]
+    dev = device.create_cpu_device("512MiB")
+    dev.SetRandSeed(0)
+    model = create_model("resnet", num_classes=5, **kwargs)
+    model.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
+    tx, ty = tensor.PlaceHolder(shape, dev), tensor.PlaceHolder(shape[:1], dev, tensor.int32)
+    model.compile([tx], is_train=True, use_graph=True, concurrency="1-3")
+    rng = np.random.default_rng(0)
+    tx.copy_from_numpy(rng.standard_normal(shape).astype(np.float32))
+    ty.copy_from_numpy(rng.integers(0, 5, shape[0]).astype(np.int32))
+    for _ in range(6):  # past the profiling steps: the compute phase co-runs
+        model(tx, ty)
+    before = {k: tensor.to_numpy(v) for k, v in model.get_states().items()}
+    step = model.compiled_step(tx, ty)
+    name, fn, arrays = step.calls[step.split - 1]
+
+    def interrupted(*arrays):
+        raise KeyboardInterrupt
+
+    step.calls[step.split - 1] = (name, interrupted, arrays)
+    with pytest.raises(KeyboardInterrupt):
+        model(tx, ty)
+    for key, value in model.get_states().items():
+        np.testing.assert_array_equal(tensor.to_numpy(value), before[key], err_msg=key)
+    step.calls[step.split - 1] = (name, fn, arrays)
+    assert np.isfinite(float(tensor.to_numpy(model(tx, ty)[1])[0]))
+
+
 @needs_two_threads
 def test_strategy_4_puts_a_small_call_on_a_busy_cores_sibling():
     """With two hardware threads per core: while a call holds every core, the smallest ready
