@@ -287,7 +287,7 @@ def test_every_strategy_gives_the_same_bits(name):
     """Losses and every parameter, momentum and BatchNorm statistic are bit-identical to the
     serial replay with all the cores, through the profiling steps and after them."""
     losses, states, _ = train(name, "off")
-    for mode in ("1", "1-2", "1-3", "auto"):
+    for mode in ("1", "1-2", "auto"):  # "auto" is 1-4: co-running (3) included
         other_losses, other_states, step = train(name, mode)
         assert other_losses == losses, mode
         for key, value in states.items():

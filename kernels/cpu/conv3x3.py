@@ -92,7 +92,8 @@ check = njit(cache=True)(_check)
 
 def _pad(padded, x):
     """padded[n, c] = x[n, c] with a zero border of one pixel, flattened (see the module's
-    docstring). Writes padded (N, C, plane); parallel over planes."""
+    docstring). Writes padded (N, C, plane). Serial: a copy, memory-bound, and compiling a
+    parallel loop costs seconds in every fresh cache."""
     nb, c, h, wd = x.shape
     w2 = wd + 2
     for t in prange(nb * c):
@@ -107,12 +108,12 @@ def _pad(padded, x):
                 plane[_u(row + j)] = x[n, ci, i, j]
 
 
-pad = njit(parallel=True, cache=True)(_pad)
+pad = njit(cache=True)(_pad)
 
 
 def _widen(rows, x):
     """rows[n, c] = x[n, c] in rows of W + 2 elements, the two extra ones zero. Writes rows
-    (N, C, H*(W+2)); parallel over planes."""
+    (N, C, H*(W+2)). Serial, as pad."""
     nb, c, h, wd = x.shape
     w2 = wd + 2
     for t in prange(nb * c):
@@ -126,7 +127,7 @@ def _widen(rows, x):
             plane[_u(i * w2 + wd + 1)] = 0
 
 
-widen = njit(parallel=True, cache=True)(_widen)
+widen = njit(cache=True)(_widen)
 
 
 def _planes_forward(y, padded, acc, w, flipped):

@@ -84,7 +84,7 @@ class Concurrency:
         self.climbing = None
         self.profiling_seconds = 0.0
         self.runner = CoRunner(self.cores, self.smt if 4 in self.strategies else 1)
-        self._plan = None  # per call: (type count, candidate counts, predictor), for co-running
+        self._plan = None  # (counts, co-run plan) once chosen: see _choices
         self._step_seconds = {}
         self._step_start = None
 
@@ -119,13 +119,23 @@ class Concurrency:
         return {t: best for t, (_, best) in heaviest.items()}
 
     def counts(self):
-        """The thread count of every call, by the mode's strategies (all cores when "off")."""
-        if not self.strategies:
-            return [self.cores] * len(self.keys)
+        """The thread count of every call, by the mode's strategies."""
         if 2 in self.strategies:
             by_type = self.type_counts()
             return [by_type[t] for t in self.types]
         return [self.climbing.climbs[k].best for k in self.keys]
+
+    def _choices(self):
+        """(counts, co-run plan), chosen once from the finished profile: per call its count,
+        and (count, its three best candidates, its predictor) for the co-runner."""
+        if self._plan is None:
+            counts = self.counts()
+            plan = []
+            for p, key in enumerate(self.keys):
+                climb = self.climbing.climbs[key]
+                plan.append((counts[p], climb.candidates(), climb.predict))
+            self._plan = (counts, plan)
+        return self._plan
 
     # -- running ------------------------------------------------------------------------------
     def begin_step(self):
@@ -167,7 +177,7 @@ class Concurrency:
             self._step_seconds[key] = self._step_seconds.get(key, 0.0) + (time.perf_counter() - t0)
 
     def _serial(self, calls, start):
-        counts, current = self.counts(), None
+        counts, current = self._choices()[0], None
         for p, (_, fn, arrays) in enumerate(calls, start):
             if counts[p] != current:
                 numba.set_num_threads(counts[p])
@@ -175,14 +185,9 @@ class Concurrency:
             fn(*arrays)
 
     def _corun(self, calls, start):
-        if self._plan is None:
-            counts = self.counts()
-            self._plan = []
-            for p, key in enumerate(self.keys):
-                climb = self.climbing.climbs[key]
-                self._plan.append((counts[p], climb.candidates(), climb.predict))
-        waits = [{q - start for q in w} for w in self.waits[start : start + len(calls)]]
-        self.runner.run(calls, waits, self._plan[start : start + len(calls)])
+        """The compute phase (positions 0 ... split - 1: the positions the waits count in)."""
+        assert start == 0 and len(calls) == self.split, "co-running is for the compute phase"
+        self.runner.run(calls, self.waits, self._choices()[1])
 
     def replan(self):
         """Choose the counts again from the profile as it is now (after a learner edited it)."""
