@@ -15,7 +15,8 @@ Determinism: the chunk width depends on the shape only, never on the thread coun
 chunk is one single-threaded GEMM, which sums every element in a fixed order. So a product is
 bit-identical whatever the number of threads running it, and on every call.
 
-Without a usable OpenBLAS (blas.MISSING says why), ``np.matmul`` does the product, on the BLAS
+Small products (SMALL_PRODUCT) go straight to ``np.matmul``, which OpenBLAS runs on one thread.
+Without a usable OpenBLAS (blas.MISSING says why), ``np.matmul`` does every product, on the BLAS
 NumPy was built with, with that BLAS's own threads.
 """
 
@@ -28,6 +29,10 @@ from ._jit import njit
 __all__ = ["matmul"]
 
 MAX_CHUNKS = 16  # chunks of a product: enough to share among 16 threads
+# Products of at most this many multiply-adds (M*N*K) go to np.matmul: OpenBLAS runs them on
+# one thread anyway (its own threshold, 64^3), and calling it straight costs ~1 us where the
+# chunked path costs ~16 us of dispatch: most of an RNN's or a small MLP's products.
+SMALL_PRODUCT = 64**3
 MIN_CHUNK = 64  # rows or columns per chunk, at least (a multiple of every SIMD kernel's width)
 
 
@@ -91,8 +96,11 @@ def matmul(out, a, b, trans_a=False, trans_b=False):
         raise ValueError(f"matmul: shapes {a.shape}, {b.shape} -> {out.shape} do not agree")
     if not out.flags.c_contiguous:
         raise ValueError("matmul: out must be C-contiguous")
-    op_a, op_b = _blas_operand(a, trans_a), _blas_operand(b, trans_b)
-    if blas.FOUND is None or out.dtype not in GEMM_IN_CHUNKS or op_a is None or op_b is None:
+    small = m * n * k <= SMALL_PRODUCT
+    op_a = op_b = None
+    if not small and blas.FOUND is not None and out.dtype in GEMM_IN_CHUNKS:
+        op_a, op_b = _blas_operand(a, trans_a), _blas_operand(b, trans_b)
+    if op_a is None or op_b is None:
         np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=out)
         return
     if m == 0 or n == 0:
