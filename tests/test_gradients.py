@@ -73,11 +73,12 @@ def test_conv2d(algorithm, stride, padding):
     )
 
 
-@pytest.mark.parametrize("algorithm", ["conv3x3", "auto"])
-def test_conv2d_3x3_on_padded_planes(algorithm):
-    """3x3 filters, stride 1, padding 1: the padded-plane kernels (kernels/cpu/conv3x3.py)."""
+def test_conv2d_3x3_on_padded_planes():
+    """3x3 filters, stride 1, padding 1: the padded-plane kernels (kernels/cpu/conv3x3.py),
+    named: with "auto" the algorithm is the fastest at the first run, and the differences'
+    rounding (about 1e-16 of the objective over eps = 1e-6) then depends on which it was."""
     check_gradients(
-        lambda x, w, b: autograd.conv2d(x, w, b, 1, 1, algorithm),
+        lambda x, w, b: autograd.conv2d(x, w, b, 1, 1, "conv3x3"),
         randn(2, 3, 5, 4),
         randn(4, 3, 3, 3),
         randn(4),
