@@ -1,7 +1,7 @@
 """NumPy's own OpenBLAS, reached through ctypes, so that nnmem's threads run its GEMMs.
 
 Why not just ``np.matmul``? OpenBLAS has a thread pool of its own, and nnmem's Numba kernels
-have another (Numba's OpenMP threads). Two pools on the same cores take turns badly: after a
+have another (Numba's threads). Two pools on the same cores take turns badly: after a
 GEMM, OpenBLAS's threads spin waiting for the next one while a Numba kernel wants those cores,
 and with another busy process on the machine its threads wait for each other through every
 GEMM (measured on 2 cores with one busy process beside: 1,027 images/s for the CNN with
