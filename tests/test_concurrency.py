@@ -198,38 +198,6 @@ def test_a_failure_is_raised_after_the_running_calls_end():
     assert ("after", "start") not in names  # never started
 
 
-def test_an_interrupt_in_a_co_run_call_fails_the_step_and_nothing_changes():
-    """A Ctrl-C (KeyboardInterrupt) raised by a kernel of the compute phase reaches the caller
-    after the running calls ended, and the model's failed step puts every state back; the next
-    step then trains on as if nothing had happened."""
-    shape, kwargs = ZOO["resnet"]
-    dev = device.create_cpu_device("512MiB")
-    dev.SetRandSeed(0)
-    model = create_model("resnet", num_classes=5, **kwargs)
-    model.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
-    tx, ty = tensor.PlaceHolder(shape, dev), tensor.PlaceHolder(shape[:1], dev, tensor.int32)
-    model.compile([tx], is_train=True, use_graph=True, concurrency="1-3")
-    rng = np.random.default_rng(0)
-    tx.copy_from_numpy(rng.standard_normal(shape).astype(np.float32))
-    ty.copy_from_numpy(rng.integers(0, 5, shape[0]).astype(np.int32))
-    for _ in range(6):  # past the profiling steps: the compute phase co-runs
-        model(tx, ty)
-    before = {k: tensor.to_numpy(v) for k, v in model.get_states().items()}
-    step = model.compiled_step(tx, ty)
-    name, fn, arrays = step.calls[step.split - 1]
-
-    def interrupted(*arrays):
-        raise KeyboardInterrupt
-
-    step.calls[step.split - 1] = (name, interrupted, arrays)
-    with pytest.raises(KeyboardInterrupt):
-        model(tx, ty)
-    for key, value in model.get_states().items():
-        np.testing.assert_array_equal(tensor.to_numpy(value), before[key], err_msg=key)
-    step.calls[step.split - 1] = (name, fn, arrays)
-    assert np.isfinite(float(tensor.to_numpy(model(tx, ty)[1])[0]))
-
-
 @needs_two_threads
 def test_strategy_4_puts_a_small_call_on_a_busy_cores_sibling():
     """With two hardware threads per core: while a call holds every core, the smallest ready
@@ -262,8 +230,8 @@ ZOO = {
 }
 
 
-def train(name, mode, steps=7, seed=0):
-    """Losses, final states and the compiled step of `steps` training steps."""
+def compiled(name, mode, seed=0):
+    """(model, tx, ty): the zoo's `name` compiled in graph mode with concurrency `mode`."""
     shape, kwargs = ZOO[name]
     dev = device.create_cpu_device("512MiB")
     dev.SetRandSeed(seed)
@@ -272,14 +240,32 @@ def train(name, mode, steps=7, seed=0):
     tx = tensor.PlaceHolder(shape, dev)
     ty = tensor.PlaceHolder(shape[:1], dev, tensor.int32)
     model.compile([tx], is_train=True, use_graph=True, concurrency=mode)
+    return model, tx, ty
+
+
+def next_batch(tx, ty, rng):
+    """Fill the placeholders with the next random batch of `rng`."""
+    tx.copy_from_numpy(rng.standard_normal(tx.shape).astype(np.float32))
+    ty.copy_from_numpy(rng.integers(0, 5, ty.shape[0]).astype(np.int32))
+
+
+def loss_of(result):
+    return float(tensor.to_numpy(result[1])[0])
+
+
+def states_of(model):
+    return {k: tensor.to_numpy(v) for k, v in model.get_states().items()}
+
+
+def train(name, mode, steps=7, seed=0):
+    """Losses, final states and the compiled step of `steps` training steps."""
+    model, tx, ty = compiled(name, mode, seed)
     rng = np.random.default_rng(seed)
     losses = []
     for _ in range(steps):
-        tx.copy_from_numpy(rng.standard_normal(shape).astype(np.float32))
-        ty.copy_from_numpy(rng.integers(0, 5, shape[0]).astype(np.int32))
-        losses.append(float(tensor.to_numpy(model(tx, ty)[1])[0]))
-    states = {k: tensor.to_numpy(v) for k, v in model.get_states().items()}
-    return losses, states, model.compiled_step(tx, ty)
+        next_batch(tx, ty, rng)
+        losses.append(loss_of(model(tx, ty)))
+    return losses, states_of(model), model.compiled_step(tx, ty)
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))
@@ -301,32 +287,49 @@ def test_operations_do_co_run():
     start beside running ones (the scheduler's own count), the numbers stay those of the serial
     replay, and the traced bars say which worker ran what with how many threads."""
     losses, states, _ = train("resnet", "off", steps=7)
-    shape, kwargs = ZOO["resnet"]
-    dev = device.create_cpu_device("512MiB")
-    dev.SetRandSeed(0)
-    model = create_model("resnet", num_classes=5, **kwargs)
-    model.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
-    tx, ty = tensor.PlaceHolder(shape, dev), tensor.PlaceHolder(shape[:1], dev, tensor.int32)
-    model.compile([tx], is_train=True, use_graph=True, concurrency="1-3")
+    model, tx, ty = compiled("resnet", "1-3")
     rng = np.random.default_rng(0)
     seen = []
     for i in range(7):
-        tx.copy_from_numpy(rng.standard_normal(shape).astype(np.float32))
-        ty.copy_from_numpy(rng.integers(0, 5, shape[0]).astype(np.int32))
+        next_batch(tx, ty, rng)
         if i == 1:  # after the first (recording) step: one thread is best for everything
             step = model.compiled_step(tx, ty)
             for climb in step.concurrency.climbing.climbs.values():
                 climb.tried, climb.done = {1: 1e-4, 2: 2e-4}, True
             step.concurrency.trace()
-        seen.append(float(tensor.to_numpy(model(tx, ty)[1])[0]))
+        seen.append(loss_of(model(tx, ty)))
     assert seen == losses
-    for key, value in model.get_states().items():
-        np.testing.assert_array_equal(tensor.to_numpy(value), states[key])
+    for key, value in states_of(model).items():
+        np.testing.assert_array_equal(value, states[key])
     assert step.concurrency_profile()["corun_starts"] >= 1
     bars = step.concurrency.lanes()
     assert bars and min(start for *_, start, _ in bars) == 0.0
     assert {threads for _, threads, *_ in bars} == {1}
     assert len({lane for _, _, lane, *_ in bars}) >= 2
+
+
+def test_an_interrupt_in_a_co_run_call_fails_the_step_and_nothing_changes():
+    """A Ctrl-C (KeyboardInterrupt) raised by a kernel of the compute phase reaches the caller
+    after the running calls ended, and the model's failed step puts every state back; the next
+    step then trains on as if nothing had happened."""
+    model, tx, ty = compiled("resnet", "1-3")
+    next_batch(tx, ty, np.random.default_rng(0))
+    for _ in range(6):  # past the profiling steps: the compute phase co-runs
+        model(tx, ty)
+    before = states_of(model)
+    step = model.compiled_step(tx, ty)
+    name, fn, arrays = step.calls[step.split - 1]
+
+    def interrupted(*arrays):
+        raise KeyboardInterrupt
+
+    step.calls[step.split - 1] = (name, interrupted, arrays)
+    with pytest.raises(KeyboardInterrupt):
+        model(tx, ty)
+    for key, value in states_of(model).items():
+        np.testing.assert_array_equal(value, before[key], err_msg=key)
+    step.calls[step.split - 1] = (name, fn, arrays)
+    assert np.isfinite(loss_of(model(tx, ty)))
 
 
 def test_the_profile_says_what_was_tried_and_chosen():

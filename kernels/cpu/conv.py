@@ -369,10 +369,10 @@ def _product_transposed(dwm, dyt, cols, workspace):
     """dwm (O,K) = dyt (O,M) @ cols^T (M,K). With few filters (O <= 16) it is computed as its
     transpose cols @ dyt^T (K,O), which OpenBLAS runs faster (ResNet-20's 16-filter layers,
     batch 32: 4.7 against 5.9 ms; with 20 or more filters it was slower, so they keep dyt @
-    cols^T). The product goes into dwm's own
-    bytes viewed as (K,O), is copied to the start of the workspace (cols is spent by then) and
-    transposed back into dwm: no memory beyond what the pass already has. A workspace smaller
-    than dwm (a one-sample chunk of a tiny image) takes the direct orientation."""
+    cols^T). The product goes into dwm's own bytes viewed as (K,O), is copied to the start of
+    the workspace (cols is spent by then) and transposed back into dwm: no memory beyond what
+    the pass already has. A workspace smaller than dwm (a one-sample chunk of a tiny image)
+    takes the direct orientation."""
     o, k = dwm.shape
     if o > FEW_FILTERS or workspace.size < k * o:
         matmul(dwm, dyt, cols.T)

@@ -68,9 +68,6 @@ def _plane(h, w):
     return (h + 2) * (w + 2) + 2
 
 
-plane_size = njit(cache=True)(_plane)
-
-
 def conv3x3_workspace_per_sample(c, o, h, w):
     """Workspace elements one sample needs in any of the passes: the padded planes of its
     input and the row-padded sums of its output (C and O planes forward, O and C backward).
@@ -90,44 +87,26 @@ def _check(y, x, w):
 check = njit(cache=True)(_check)
 
 
-def _pad(padded, x):
-    """padded[n, c] = x[n, c] with a zero border of one pixel, flattened (see the module's
-    docstring). Writes padded (N, C, plane). Serial: a copy, memory-bound, and compiling a
-    parallel loop costs seconds in every fresh cache."""
+def _spread(planes, x, first):
+    """planes[n, c] = zeros, then x[n, c]'s rows laid out W + 2 apart from element `first`:
+    x's padded planes (first = W + 3: past the top border row and the left border column) or
+    dy's rows as long as the padded ones (first = 0: its two extra columns zero). Writes
+    planes (N, C, plane). Serial: a copy, memory-bound, and compiling a parallel loop costs
+    seconds in every fresh cache."""
     nb, c, h, wd = x.shape
     w2 = wd + 2
-    for t in prange(nb * c):
-        n = t // c
-        ci = t % c
-        plane = padded[n, ci]
-        for u in range(plane.size):
-            plane[u] = 0
-        for i in range(h):
-            row = (i + 1) * w2 + 1
-            for j in range(wd):
-                plane[_u(row + j)] = x[n, ci, i, j]
+    for n in range(nb):
+        for ci in range(c):
+            plane = planes[n, ci]
+            for u in range(plane.size):
+                plane[u] = 0
+            for i in range(h):
+                row = first + i * w2
+                for j in range(wd):
+                    plane[_u(row + j)] = x[n, ci, i, j]
 
 
-pad = njit(cache=True)(_pad)
-
-
-def _widen(rows, x):
-    """rows[n, c] = x[n, c] in rows of W + 2 elements, the two extra ones zero. Writes rows
-    (N, C, H*(W+2)). Serial, as pad."""
-    nb, c, h, wd = x.shape
-    w2 = wd + 2
-    for t in prange(nb * c):
-        n = t // c
-        ci = t % c
-        plane = rows[n, ci]
-        for i in range(h):
-            for j in range(wd):
-                plane[_u(i * w2 + j)] = x[n, ci, i, j]
-            plane[_u(i * w2 + wd)] = 0
-            plane[_u(i * w2 + wd + 1)] = 0
-
-
-widen = njit(cache=True)(_widen)
+spread = njit(cache=True)(_spread)
 
 
 def _planes_forward(y, padded, acc, w, flipped):
@@ -199,7 +178,7 @@ planes_forward = njit(parallel=True, cache=True)(_planes_forward)
 
 def _planes_filter(dw, rows, padded, w2, accumulate):
     """dw[o,c,p,q] (+)= sum_{n,u} rows[n,o,u] padded[n,c,u+p*W2+q], where rows holds dy in rows
-    as long as the padded ones, W2 (zeros in the two extra columns: widen). Overwrites dw, or adds
+    as long as the padded ones, W2 (zeros in the two extra columns: spread). Overwrites dw, or adds
     to it (accumulate: a later chunk of the batch). Parallel over filters o: a thread keeps its
     rows[n, o] in the L1 cache while the C padded planes of sample n stream past it; each
     dw[o, c] sums its samples in order, n = 0, 1, ..."""
@@ -267,7 +246,7 @@ def _forward(out, source, w, workspace, flipped):
     for n0 in range(0, n, b):
         chunk = source[n0 : n0 + b]
         padded, acc = _views(workspace, chunk.shape[0], ni, na + 1, h, wd)
-        pad(padded, chunk)
+        spread(padded, chunk, wd + 3)
         planes_forward(out[n0 : n0 + b], padded, acc, w, flipped)
 
 
@@ -293,6 +272,6 @@ def conv3x3_backward_filter(dw, dy, x, workspace):
     for n0 in range(0, n, b):
         chunk = x[n0 : n0 + b]
         padded, rows = _views(workspace, chunk.shape[0], c, o, h, wd)
-        pad(padded, chunk)
-        widen(rows, dy[n0 : n0 + b])
+        spread(padded, chunk, wd + 3)
+        spread(rows, dy[n0 : n0 + b], 0)
         planes_filter(dw, rows, padded, wd + 2, n0 > 0)

@@ -101,12 +101,7 @@ def matmul(out, a, b, trans_a=False, trans_b=False):
     if not small and blas.FOUND is not None and out.dtype in GEMM_IN_CHUNKS:
         op_a, op_b = _blas_operand(a, trans_a), _blas_operand(b, trans_b)
     if op_a is None or op_b is None:
-        np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=out)
-        return
-    if m == 0 or n == 0:
-        return
-    if k == 0:
-        out[...] = 0
+        np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=out)  # empty ones too
         return
     by_rows = m > n
     gemm, gemm_in_chunks = GEMM_IN_CHUNKS[out.dtype]

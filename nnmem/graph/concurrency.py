@@ -160,8 +160,6 @@ class Concurrency:
         if self.profiling and self._step_start is not None:
             self.profiling_seconds += time.perf_counter() - self._step_start
             self.climbing.step_done(self._step_seconds)
-            if not self.profiling:
-                self._plan = None
         self._step_start = None
 
     def _profile(self, calls, start):

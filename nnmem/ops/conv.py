@@ -164,10 +164,11 @@ class Conv2d(Operator):
         self.run(fastest, reads=(a, b), writes=(out, ws))
 
     def _conv3x3_fits(self, ws):
-        """Is conv3x3 a candidate: its geometry, and one sample's padded planes in `ws`?"""
+        """Is conv3x3 a candidate: its geometry, and one sample's padded planes in `ws`? (A
+        grouped convolution never gets here: it runs the direct kernels, with no workspace.)"""
         c, h, w, o, kh, kw = self.geometry
         (sh, sw), (ph, pw) = self.stride, self.padding
-        if self.group != 1 or not self.kernels.conv3x3_applies(kh, kw, sh, sw, ph, pw):
+        if not self.kernels.conv3x3_applies(kh, kw, sh, sw, ph, pw):
             return False
         return ws.size() >= self.kernels.conv3x3_workspace_per_sample(c, o, h, w)
 
