@@ -216,6 +216,9 @@ class Model(Layer):
             ):
                 self.optimizer(None)
         dev = _device_of(type(self).__name__, inputs)
+        before_step = getattr(self.optimizer, "before_step", None)  # DistOpt's
+        if self.training and before_step is not None:
+            before_step(self)
         step = self.train_one_batch if self.training else self.forward
         with dev.step():
             caller_training = autograd.training  # a model called inside another's step

@@ -243,6 +243,11 @@ class Optimizer:
     def apply(self, param_name, param_value, param_grad):
         raise NotImplementedError
 
+    def update(self, param, grad):
+        """SINGA's: queue the update of one parameter by its gradient now (the step counter
+        advances with step())."""
+        self.apply(param.name, param, grad)
+
     def step(self):
         if self._steps is not None:
             increment = self._steps.device.kernels.increment
@@ -526,3 +531,6 @@ class Adam(Optimizer):
             adam_update(p_, g_, m_, v_, steps_, *hyper)
 
         self._queue_update(param_name, param_value, param_grad, "adam_update", launch)
+
+
+from nnmem.dist_opt import DistOpt  # noqa: E402, F401 (SINGA's opt.DistOpt; it builds on the above)

@@ -108,6 +108,13 @@ class Tensor:
         stays allocated, so Python code should use to_numpy()."""
         return self.block.array(self.shape, self.dtype)
 
+    @property
+    def data(self):
+        """SINGA's handle of the C++ tensor behind a Tensor, which its scripts hand to the
+        communicator (``dist_opt.all_reduce(t.data)``); an nnmem tensor has nothing behind it
+        but its block, so this is the tensor itself."""
+        return self
+
     # -- host-side writes ---------------------------------------------------------------------
     # These are the user's writes from the host, outside any recorded training step (SINGA
     # switches its graph off for them too), so they allocate and write directly.

@@ -144,6 +144,22 @@ def test_train_refuses_a_bad_flag_on_one_line(capsys, flag, value, says):
 
 
 @pytest.mark.parametrize(
+    "extra,says",
+    [
+        (["--dist-option", "plain"], "launch it with mpiexec"),
+        (["--dist-timeout", "10"], "launch it with mpiexec"),
+        (["--dist-option", "gzip"], "invalid choice"),
+        (["--dist-timeout", "0"], "above 0"),
+        (["--spars", "-1"], "above 0"),
+    ],
+)
+def test_distributed_flags_without_mpiexec_are_one_line(capsys, extra, says):
+    assert main(["train", *extra]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("nnmem train: error: argument ") and says in line
+
+
+@pytest.mark.parametrize(
     "flag,value,says",
     [
         ("--width", "0", "above 0"),

@@ -174,7 +174,9 @@ def test_a_call_that_would_outlast_the_running_one_waits():
     waits = [set(), set(), {1}]
     CoRunner(cores=2).run(calls, waits, [plan_of(1, 1.0), plan_of(1, 0.5), plan_of(1, 5.0)])
     times = {(n, e): t for n, e, t, _ in log}
-    assert times[("x", "start")] <= times[("y", "start")] < times[("x", "end")]
+    # (x is dispatched first, but which of two threads logs its start first is the OS's
+    # choice: only the overlap and the wait are the strategy's)
+    assert times[("y", "start")] < times[("x", "end")]
     assert times[("z", "start")] >= times[("x", "end")]
 
 

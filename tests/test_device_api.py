@@ -1,6 +1,7 @@
 """SINGA's device module and singa_wrap as SINGA's scripts use them, and SINGA's extra training
 arguments (model(tx, ty, dist_option, spars)) through Model and planning."""
 
+import importlib.util
 import subprocess
 import sys
 import types
@@ -134,7 +135,8 @@ def test_use_cuda_says_whether_a_cuda_device_can_be_made(monkeypatch, gpus):
 
 
 def test_singa_wrap_holds_the_switches_singa_scripts_read():
-    assert singa_wrap.USE_OPENCL is singa_wrap.USE_DNNL is singa_wrap.USE_DIST is False
+    assert singa_wrap.USE_OPENCL is singa_wrap.USE_DNNL is False
+    assert singa_wrap.USE_DIST is (importlib.util.find_spec("mpi4py") is not None)
     assert singa_wrap.USE_CUDNN is False and singa_wrap.USE_PYTHON is True
     assert set(singa_wrap.__all__) <= set(dir(singa_wrap))
     with pytest.raises(AttributeError, match="Platform"):

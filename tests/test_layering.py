@@ -14,6 +14,7 @@ LAYERS = [
                                         "nnmem.measure"]),
     ("SINGA's user API", ["nnmem.model", "nnmem.layer", "nnmem.opt", "nnmem.checkpoint",
                           "nnmem.singa_wrap"]),
+    ("data parallelism", ["nnmem.dist_opt", "nnmem.communicator"]),
     ("autograd", ["nnmem.autograd"]),
     ("operators", ["nnmem.ops"]),
     ("the Operator base", ["nnmem.operation"]),

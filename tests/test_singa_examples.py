@@ -197,6 +197,25 @@ def test_mlp_model_runs_but_does_not_train_as_in_singa(data):
     assert len(found) == 3 and math.isfinite(found[0]) and len(set(found)) == 1, found
 
 
+@pytest.mark.parametrize("dist_option", ["plain", "sparseTopK"])
+def test_singas_mpi_program_trains_on_two_ranks(data, dist_option):
+    """SINGA's train_mpi.py: opt.DistOpt around SGD, run by mpiexec; train_cnn.py then
+    partitions the data by rank and sums the loss over the ranks with dist_opt.all_reduce."""
+    pytest.importorskip("mpi4py", reason="mpi4py is absent: pip install 'nnmem[mpi]'")
+    launcher = pathlib.Path(sys.executable).with_name("mpiexec")
+    if not launcher.exists():
+        pytest.skip("no mpiexec beside mpi4py: pip install 'nnmem[mpi]' installs mpich's")
+    script = ["cnn/train_mpi.py", "cnn", "mnist", "-m", "2", "-b", "16", "-d", dist_option]
+    status, output = run(
+        [launcher, "-n", "2", sys.executable, str(EXAMPLES / script[0]), *script[1:]], data
+    )
+    if NUMPY_REFUSES_PRINTS and output.rstrip().endswith(NUMPY_REFUSES):
+        pytest.xfail(f"NumPy {np.__version__} refuses the script's print of its loss")
+    assert status == 0, output[-3000:]
+    found = losses(TRAIN_CNN, output)
+    assert len(found) == 2 and found[-1] < found[0], output[-3000:]  # rank 0 alone prints
+
+
 # SINGA's GAN scripts train 1,000,000 iterations, a line every 1000, with no flag to change
 # that: this runs what their __main__ runs on a CPU, their class with fewer iterations.
 GAN = """

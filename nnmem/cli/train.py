@@ -9,6 +9,7 @@ import math
 import os
 import time
 
+import numba
 import numpy as np
 from tqdm import tqdm
 
@@ -16,7 +17,9 @@ from nnmem import device, opt, tensor
 from nnmem.cli import arguments
 from nnmem.cli.arguments import UsageError
 from nnmem.cli.divergence import StateCopy, first_nonfinite_layer
-from nnmem.data import iterate_batches, load
+from nnmem.communicator import DEFAULT_TIMEOUT_S, launched_with_mpi
+from nnmem.data import iterate_batches, load, shard
+from nnmem.dist_opt import EXCHANGES
 from nnmem.graph.concurrency import MODES
 from nnmem.graph.offload import POLICIES
 from nnmem.measure import measure_lanes, measure_step
@@ -76,6 +79,7 @@ def add_parser(commands):
         "CPU): 1, 1-2, 1-3 (co-running operations), 1-4 (and hyper-threads), auto (= 1-4)",
     )
     p.add_argument("--seed", type=arguments.non_negative_int, default=0)
+    dist_flags(p)
     p.add_argument(
         "--max-batches",
         type=arguments.positive_int,
@@ -92,6 +96,66 @@ def add_parser(commands):
         "to this PNG file, and write the data beside it as JSON (same name, .json)",
     )
     p.set_defaults(run=run)
+
+
+def dist_flags(p):
+    """Data-parallel training, for a run started by mpiexec (see nnmem.dist_opt)."""
+    p.add_argument(
+        "--dist-option",
+        default=None,
+        choices=list(EXCHANGES),
+        help="under mpiexec: how the ranks exchange gradients, plain (float32), half (float16 "
+        "on the wire), sparseTopK or sparseThreshold (with --spars); default plain",
+    )
+    p.add_argument(
+        "--spars",
+        type=arguments.positive_float,
+        default=None,
+        help="with --dist-option sparseTopK: the fraction of each gradient sent (default "
+        "0.05); sparseThreshold: the smallest magnitude sent",
+    )
+    p.add_argument(
+        "--dist-timeout",
+        type=arguments.positive_float,
+        default=None,
+        help="under mpiexec: seconds a rank waits for the others in one exchange before the "
+        f"job stops with an error (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--save-states",
+        metavar="ZIP",
+        default=None,
+        help="after each epoch, write the model's states to this checkpoint (SINGA's format; "
+        "under mpiexec, rank 0 writes it)",
+    )
+
+
+def check_dist_flags(args, world_size):
+    """One-line errors for distributed flags that cannot apply."""
+    given = [
+        f
+        for f, v in (
+            ("--dist-option", args.dist_option),
+            ("--spars", args.spars),
+            ("--dist-timeout", args.dist_timeout),
+        )
+        if v is not None
+    ]
+    if given and world_size == 1:
+        raise UsageError(
+            f"argument {given[0]}: it sets how the processes of a data-parallel run exchange "
+            "gradients, and this run is one process; launch it with mpiexec -n 2 nnmem train ..."
+        )
+    if args.spars is not None and args.dist_option not in ("sparseTopK", "sparseThreshold"):
+        raise UsageError(
+            "argument --spars: it sets the sparsification; add --dist-option sparseTopK or "
+            "sparseThreshold"
+        )
+    if args.dist_option == "sparseTopK" and args.spars is not None and args.spars > 1:
+        raise UsageError(
+            "argument --spars: with sparseTopK it is the fraction sent, in (0, 1]; got "
+            f"{args.spars:g}"
+        )
 
 
 def offload_flags(p):
@@ -148,6 +212,8 @@ def run(args):
                 raise UsageError(f"argument --concurrency: leave out {flag}: {why}")
     if args.timeline:
         require_matplotlib()
+    world_size = launched_with_mpi()
+    check_dist_flags(args, world_size)
     x_train, y_train, x_test, y_test = load(args.data)
     check_image_size(args.model, args.data, x_train.shape[1:])
     if args.batch_size > len(x_train):
@@ -157,12 +223,21 @@ def run(args):
             f"{len(x_train)}"
         )
     num_classes = int(max(y_train.max(), y_test.max())) + 1
+    dist = None if world_size == 1 else create_dist_opt(args)
+    if dist is not None:
+        x_train, y_train = shard((x_train, y_train), dist.global_rank, dist.world_size)
+        if args.batch_size > len(x_train):
+            raise UsageError(
+                f"argument --batch-size/--batch: {args.batch_size} is more than the "
+                f"{len(x_train)} training images of each of the {dist.world_size} ranks; use "
+                f"at most {len(x_train)} (the batch is per rank)"
+            )
     dev = create_device(args)
     try:
         # A run that overflows is stopped by train() with the step and the layer; NumPy's
         # overflow warnings, printed before that, would only bury the explanation.
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            train(args, dev, (x_train, y_train, x_test, y_test), num_classes)
+            train(args, dev, (x_train, y_train, x_test, y_test), num_classes, dist)
     except OutOfMemory as e:
         e.add_note(pool_hint(args, x_train.shape[1:], num_classes))
         raise
@@ -238,12 +313,33 @@ def make_optimizer(args):
     return opt.SGD(lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
 
 
-def train(args, dev, data, num_classes):
-    """Compile the model, then train it epoch by epoch, printing one line per epoch."""
+def create_dist_opt(args):
+    """The DistOpt of a run mpiexec started: each rank trains on its shard of the data with
+    the batch --batch-size, on its share of the node's cores, and only rank 0 prints."""
+    try:
+        dist = opt.DistOpt(
+            make_optimizer(args),
+            exchange=args.dist_option or "plain",
+            spars=0.05 if args.spars is None else args.spars,
+            timeout=DEFAULT_TIMEOUT_S if args.dist_timeout is None else args.dist_timeout,
+        )
+    except ImportError as e:
+        raise UsageError(f"mpiexec started this run, but {e}") from None
+    # N ranks on one node, each with every core, would run N times too many threads.
+    numba.set_num_threads(max(1, numba.config.NUMBA_NUM_THREADS // dist.communicator.local_size))
+    return dist
+
+
+def train(args, dev, data, num_classes, dist=None):
+    """Compile the model, then train it epoch by epoch, printing one line per epoch (with
+    `dist`, a DistOpt: on this rank's shard, and on rank 0 only the printing, evaluation and
+    checkpoints)."""
     x_train, y_train, x_test, y_test = data
+    rank, world_size = (0, 1) if dist is None else (dist.global_rank, dist.world_size)
+    say = print if rank == 0 else _quiet
     dev.SetRandSeed(args.seed)
     model = make_model(args, num_classes, x_train.shape[1])
-    model.set_optimizer(make_optimizer(args))
+    model.set_optimizer(make_optimizer(args) if dist is None else dist)
     batch = args.batch_size
     tx = tensor.PlaceHolder((batch,) + x_train.shape[1:], dev)
     ty = tensor.PlaceHolder((batch,), dev, tensor.int32)
@@ -257,14 +353,20 @@ def train(args, dev, data, num_classes):
         async_offload=not args.sync_offload,
         concurrency=args.concurrency,
     )
-    print(
-        f"{args.model} on {args.data}: {len(x_train)} training / {len(x_test)} test images "
-        f"{x_train.shape[1:]}, {sum(p.size() for p in model.get_params().values()):,} "
+    say(
+        f"{args.model} on {args.data}: {len(x_train) * world_size} training / {len(x_test)} test "
+        f"images {x_train.shape[1:]}, {sum(p.size() for p in model.get_params().values()):,} "
         f"parameters, batch {batch}, pool {format_bytes(dev.pool.capacity)}"
         + ("" if args.budget is None else f", budget {format_bytes(args.budget)}")
         + ("" if args.offload == "none" else f", offload {args.offload}")
+        + (
+            ""
+            if dist is None
+            else f", {world_size} ranks (batch {batch} each, {numba.get_num_threads()} threads "
+            f"each), exchange {dist.exchange}"
+        )
     )
-    if args.timeline:
+    if args.timeline and rank == 0:
         plot_step_timelines(args, x_train[:batch], y_train[:batch], num_classes)
     steps = len(x_train) // batch
     if args.max_batches is not None:
@@ -272,16 +374,31 @@ def train(args, dev, data, num_classes):
     before_step = StateCopy(model)
     for epoch in range(args.epochs):
         dev.reset_peak_memory_stats()
-        start = time.perf_counter()
+        start, sent = time.perf_counter(), 0 if dist is None else dist.wire_bytes
         losses = train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps)
         seconds = time.perf_counter() - start
         peak = dev.memory_stats()["allocated_bytes.peak"]
+        if rank != 0:  # the others go on; they wait for rank 0 in the next step's exchange
+            continue
         accuracy = evaluate(model, tx, x_test, y_test)
         print(
             f"epoch {epoch + 1}: loss {np.mean(losses):.4f}  test accuracy {accuracy:.4f}  "
-            f"{steps * batch / seconds:.0f} images/s  peak pool memory {format_bytes(peak)}"
+            f"{steps * batch * world_size / seconds:.0f} images/s  peak pool memory "
+            f"{format_bytes(peak)}"
             + offload_summary(dev.memory_stats())
+            + (
+                ""
+                if dist is None
+                else f"  sent {format_bytes((dist.wire_bytes - sent) // steps)}/step"
+            )
         )
+        if args.save_states:
+            model.save_states(args.save_states)
+            print(f"  states written to {args.save_states}")
+
+
+def _quiet(*args, **kwargs):
+    """print, on the ranks that do not print (all but rank 0)."""
 
 
 def offload_summary(stats):
@@ -315,7 +432,7 @@ def train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps
         desc=f"epoch {epoch + 1}/{args.epochs}",
         unit="batch",
         leave=False,
-        disable=None,
+        disable=None if launched_with_mpi() == 1 else True,  # ranks would draw over each other
     ) as bar:
         for step, (x, y) in enumerate(itertools.islice(batches, steps)):
             tx.copy_from_numpy(x)

@@ -8,6 +8,7 @@ from .digits import digits_raw, load_digits
 from .errors import DataFormatError
 from .idx import load_mnist, read_idx, write_idx
 from .resize import resize_bilinear
+from .shard import shard
 from .split import stratified_split
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "digits_raw",
     "resize_bilinear",
     "stratified_split",
+    "shard",
     "read_idx",
     "write_idx",
     "load_mnist",

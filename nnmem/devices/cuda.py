@@ -178,12 +178,15 @@ class CudaDevice(Device):
         kernels and lets Conv2d's "auto" time its algorithms, neither of which may
         happen while capturing) and again when its arrays or ``host_values()`` change. None:
         replay call by call (graphs off, profiling on, the first replay, a step that offloads:
-        its transfers run on a second stream, measured with events; or a capture that failed:
+        its transfers run on a second stream, measured with events; a step with work on the
+        host between its kernels, such as DistOpt's collectives; or a capture that failed:
         the step then stays uncaptured)."""
         if not self.use_cuda_graphs or self.verbosity or self.memory_samples is not None:
             return None
         if step.engine is not None:
             return None
+        if any(getattr(fn, "runs_on_host", False) for _, fn, _ in step.calls):
+            return None  # a capture records kernels, not host work (DistOpt's collectives)
         if step.replays < 2:
             return None
         captured = self._captured.get(step, False)

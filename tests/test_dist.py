@@ -1,0 +1,308 @@
+"""Data-parallel training over MPI (nnmem.dist_opt, nnmem.communicator).
+
+The acceptance test runs tests/dist_worker.py on 2 ranks with mpiexec (from the mpich wheel
+beside mpi4py): with batch B on each rank, a step must be the step of one process with batch
+2B. The exchanges' own semantics (fusing, float16, sparsification and its residual) are
+checked in this process too, in MPI's one-rank world, against NumPy.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mpi4py", reason="mpi4py is absent: pip install 'nnmem[mpi]'")
+
+import dist_worker  # noqa: E402 (tests/ is on sys.path: the program the ranks run)
+from training import GradientIsInput  # noqa: E402
+
+from nnmem import device, opt, tensor  # noqa: E402
+from nnmem.communicator import Communicator, DistributedError  # noqa: E402
+from nnmem.data import shard  # noqa: E402
+
+WORKER = Path(__file__).with_name("dist_worker.py")
+
+
+def mpiexec(*args, timeout=240):
+    """Run the worker on 2 ranks; (exit status, output)."""
+    launcher = Path(sys.executable).with_name("mpiexec")
+    launcher = str(launcher) if launcher.exists() else shutil.which("mpiexec")
+    if launcher is None:
+        pytest.skip("no mpiexec beside mpi4py: pip install 'nnmem[mpi]' installs mpich's")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_", "PMIX_"))}
+    done = subprocess.run(
+        [launcher, "-n", "2", sys.executable, str(WORKER), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=WORKER.parent,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dist")
+    status, output = mpiexec("train", out)
+    assert status == 0, output
+    return [dict(np.load(out / f"rank{r}.npz")) for r in range(2)]
+
+
+def single_process(name):
+    """The configuration `name` trained by one process with batch 2B, the ranks' two batches
+    side by side: (losses, states)."""
+    options, _, _, _ = dist_worker.CONFIGS[name]
+    x, y = dist_worker.data_set()
+    parts = [shard((x, y), r, 2) for r in range(2)]
+    b = dist_worker.BATCH
+    dev = device.create_cpu_device("256MiB")
+    dev.SetRandSeed(0)  # rank 0's seed: its parameters are the ones broadcast
+    model = dist_worker.DistCNN()
+    model.set_optimizer(opt.SGD(**dist_worker.LR))
+    tx = tensor.PlaceHolder((2 * b, 1, 28, 28), dev)
+    ty = tensor.PlaceHolder((2 * b,), dev, tensor.int32)
+    model.compile([tx], is_train=True, **options)
+    model.train_one_batch = lambda x, y, *rest: model.__class__.__bases__[0].train_one_batch(
+        model, x, y
+    )
+    losses = []
+    for step in range(dist_worker.STEPS):
+        rows = slice(step * b, (step + 1) * b)
+        tx.copy_from_numpy(np.concatenate([p[0][rows] for p in parts]))
+        ty.copy_from_numpy(np.concatenate([p[1][rows] for p in parts]))
+        _, loss = model(tx, ty)
+        losses.append(tensor.to_numpy(loss)[0])
+    return losses, {k: tensor.to_numpy(v) for k, v in model.get_states().items()}
+
+
+def states_of(saved, name):
+    prefix = f"{name}/state/"
+    return {k[len(prefix) :]: v for k, v in saved.items() if k.startswith(prefix)}
+
+
+EXACT = [n for n, c in dist_worker.CONFIGS.items() if c[1] == "plain"]
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_two_ranks_with_batch_b_step_as_one_process_with_batch_2b(two_ranks, name):
+    losses, states = single_process(name)
+    rank_losses = [saved[f"{name}/losses"] for saved in two_ranks]
+    # the 2B loss is the mean of the ranks' B losses; float32 sums in another order
+    np.testing.assert_allclose(np.mean(rank_losses, axis=0), losses, rtol=2e-5)
+    for rank, saved in enumerate(two_ranks):
+        mine = states_of(saved, name)
+        assert mine.keys() == states.keys()
+        for k in states:
+            np.testing.assert_allclose(mine[k], states[k], rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize("name", [n for n in dist_worker.CONFIGS if n != "partial"])
+def test_every_rank_ends_with_the_same_parameters(two_ranks, name):
+    a, b = (states_of(saved, name) for saved in two_ranks)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_half_precision_and_sparsification_send_fewer_bytes(two_ranks):
+    sent = {n: int(two_ranks[0][f"{n}/wire_bytes"]) for n in dist_worker.CONFIGS}
+    params = sum(v.size for v in states_of(two_ranks[0], "graph").values())
+    # plain: every gradient element once per step, 4 bytes; half: 2 bytes
+    assert sent["graph"] == 4 * params * dist_worker.STEPS
+    assert sent["half"] == 2 * params * dist_worker.STEPS
+    # top-K with spars 0.1: a tenth of the elements, as (index, value) pairs of 8 bytes
+    assert sent["sparse-topk"] < 0.11 * 8 * params * dist_worker.STEPS
+
+
+def test_half_precision_steps_close_to_full_precision(two_ranks):
+    full, half = (states_of(two_ranks[0], n) for n in ("graph", "half"))
+    for k in full:
+        np.testing.assert_allclose(half[k], full[k], rtol=0.02, atol=2e-4, err_msg=k)
+
+
+def test_partial_update_averages_one_partition_a_step(two_ranks):
+    """threshold 30000: the partitions are [linear2, linear1.b...] as the gradients come,
+    linear1.W alone, and conv1 + conv2 together; after 3 steps each was averaged once, at
+    its step, and has drifted apart since, except the last one averaged."""
+    a, b = (states_of(saved, "partial") for saved in two_ranks)
+    same = sorted(k for k in a if np.array_equal(a[k], b[k]))
+    assert same and len(same) < len(a), same
+    assert all(k.startswith(("conv1", "conv2")) for k in same), same
+
+
+def test_sparse_training_lowers_the_loss(two_ranks):
+    for name in ("sparse-topk", "sparse-threshold"):
+        losses = two_ranks[0][f"{name}/losses"]
+        assert losses[-1] < losses[0], (name, losses)
+
+
+def test_different_models_fail_on_every_rank_naming_the_difference():
+    status, output = mpiexec("mismatch", ".", 30, timeout=120)
+    assert status != 0
+    for rank in (0, 1):
+        assert f"rank {rank} DistributedError" in output, output
+    assert "linear1.W" in output and "every rank must build the same model" in output, output
+
+
+def test_a_rank_that_stops_makes_the_others_fail_within_the_timeout():
+    status, output = mpiexec("dies", ".", 3, timeout=120)
+    assert status != 0
+    assert "rank 0 DistributedError" in output, output
+    assert "did not complete within 3 s" in output, output
+    assert "aborting the MPI job" in output, output
+
+
+def test_nnmem_train_under_mpiexec_prints_and_saves_on_rank_0_only(tmp_path):
+    launcher = Path(sys.executable).with_name("mpiexec")
+    nnmem = Path(sys.executable).with_name("nnmem")
+    if not launcher.exists() or not nnmem.exists():
+        pytest.skip("mpiexec and the nnmem command come with pip install -e '.[test]'")
+    saved = tmp_path / "states.zip"
+    done = subprocess.run(
+        [launcher, "-n", "2", nnmem, "train", "--epochs", "1", "--max-batches", "3"]
+        + ["--dist-option", "half", "--save-states", saved],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("epoch 1:") == 1, done.stdout  # rank 0 alone prints
+    assert "2 ranks (batch 64 each" in done.stdout and "exchange half" in done.stdout
+    assert saved.exists() and saved.stat().st_size > 0
+
+
+# -- one rank, in this process ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def communicator():
+    return Communicator(timeout=30)
+
+
+def test_one_rank_trains_as_the_wrapped_optimizer(communicator):
+    from training import assert_identical, batches, train
+
+    from nnmem.models.cnn import CNN
+
+    data = batches((4, 1, 28, 28), 2)
+    for graph in (False, True):
+        alone = train(CNN(), data, graph)
+        wrapped = opt.DistOpt(
+            opt.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4), communicator=communicator
+        )
+        assert_identical(alone, train(CNN(), data, graph, optimizer=wrapped))
+
+
+class Exchanging(GradientIsInput):
+    """W's gradient is the input; the step calls DistOpt's `method` with `options`."""
+
+    def __init__(self, w0, method, **options):
+        super().__init__(w0)
+        self.method, self.options = method, options
+
+    def train_one_batch(self, x):
+        y = self.forward(x)
+        getattr(self.optimizer, self.method)(y, **self.options)
+        return y
+
+
+def exchanged(communicator, grads, use_graph, method, **options):
+    """-W after one SGD(lr=1) step per gradient in `grads` through DistOpt's `method` on
+    one rank, W starting at 0: the sum of what the exchanges delivered. (-W, the DistOpt)."""
+    dist = opt.DistOpt(opt.SGD(lr=1.0), communicator=communicator)
+    m = Exchanging(np.zeros_like(grads[0]), method, **options)
+    m.set_optimizer(dist)
+    tx = tensor.PlaceHolder(grads[0].shape, device.create_cpu_device("16MiB"))
+    m.compile([tx], is_train=True, use_graph=use_graph)
+    for g in grads:
+        tx.copy_from_numpy(g)
+        m(tx)
+    return -tensor.to_numpy(m.scaled.W), dist
+
+
+def top_k_reference(grads, fraction):
+    """What top-K sparsification with error feedback delivers in total, and the residual."""
+    delivered = residual = np.zeros_like(grads[0])
+    for g in grads:
+        c = g + residual
+        k = int(np.ceil(fraction * c.size))
+        chosen = np.argsort(-np.abs(c), kind="stable")[:k]
+        sent = np.zeros_like(c)
+        sent[chosen] = c[chosen]
+        delivered, residual = delivered + sent, c - sent
+    return delivered, residual
+
+
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_top_k_sends_the_largest_and_keeps_the_rest_for_the_next_step(communicator, use_graph):
+    rng = np.random.default_rng(3)
+    grads = [rng.standard_normal(40).astype(np.float32) for _ in range(3)]
+    got, dist = exchanged(
+        communicator, grads, use_graph, "backward_and_sparse_update", spars=0.2, topK=True
+    )
+    delivered, residual = top_k_reference(grads, 0.2)
+    np.testing.assert_allclose(got, delivered, rtol=1e-6)
+    np.testing.assert_allclose(dist._residuals[0], residual, rtol=1e-6, atol=1e-7)
+
+
+def test_threshold_sparsification_sends_what_reaches_it(communicator):
+    g = np.array([0.5, -3.0, 0.1, 2.0, -0.2, 0.05, 1.0, -0.01], np.float32)
+    got, dist = exchanged(
+        communicator, [g], False, "backward_and_sparse_update", spars=0.5, corr=False
+    )
+    np.testing.assert_array_equal(got, np.where(np.abs(g) >= 0.5, g, 0))
+    assert not dist._residuals  # corr=False keeps nothing
+
+
+def test_half_rounds_to_float16_on_the_wire_and_clips(communicator):
+    g = np.array([1 / 3, 1e-3, 70000.0, -2.5], np.float32)
+    got, _ = exchanged(
+        communicator, [g], True, "backward_and_update_half", clipping=True, clip_Value=100
+    )
+    np.testing.assert_array_equal(got, np.clip(g, -100, 100).astype(np.float16).astype(np.float32))
+
+
+def test_a_failed_exchange_changes_neither_parameters_nor_residuals(communicator, monkeypatch):
+    grads = [np.linspace(-1, 1, 16, dtype=np.float32), np.linspace(2, -2, 16, dtype=np.float32)]
+    dist = opt.DistOpt(opt.SGD(lr=1.0), communicator=communicator)
+    m = Exchanging(np.zeros(16, np.float32), "backward_and_sparse_update", spars=0.25, topK=True)
+    m.set_optimizer(dist)
+    tx = tensor.PlaceHolder((16,), device.create_cpu_device("16MiB"))
+    m.compile([tx], is_train=True, use_graph=True)
+    tx.copy_from_numpy(grads[0])
+    m(tx)
+    w, residual = tensor.to_numpy(m.scaled.W), dist._residuals[0].copy()
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(communicator, "sparse_allreduce", interrupted)
+        tx.copy_from_numpy(grads[1])
+        with pytest.raises(KeyboardInterrupt):
+            m(tx)
+    np.testing.assert_array_equal(tensor.to_numpy(m.scaled.W), w)
+    np.testing.assert_array_equal(dist._residuals[0], residual)
+    m(tx)  # the retry takes the step the failed one would have
+    delivered, _ = top_k_reference(grads, 0.25)
+    np.testing.assert_allclose(-tensor.to_numpy(m.scaled.W), delivered, rtol=1e-6)
+
+
+def test_shard_gives_each_rank_an_equal_contiguous_part():
+    assert shard((np.arange(10),), 1, 3)[0].tolist() == [3, 4, 5]
+    with pytest.raises(ValueError, match="rank must be in 0..2"):
+        shard((np.arange(10),), 3, 3)
+    with pytest.raises(ValueError, match="different lengths"):
+        shard((np.arange(10), np.arange(9)), 0, 2)
+
+
+def test_a_broken_communicator_refuses_further_calls():
+    comm = Communicator(timeout=30)
+    with pytest.raises(DistributedError, match="did not complete"):
+        comm.fail("did not complete (a test)")
+    with pytest.raises(DistributedError, match="failed earlier"):
+        comm.submit("anything", lambda: None)
+    comm._broken = None  # this process must not be aborted at exit
