@@ -5,15 +5,16 @@
 
 For each number of ranks N, `mpiexec -n N` runs this script's worker: every rank trains the
 model in graph mode on its own random batch of --batch images (weak scaling: N ranks train on
-N times the images per step), on its share of the node's cores (cores // N Numba threads), with
+N times the images per step), with the same number of Numba threads in every run (the cores
+divided by the largest N, so that N ranks never share a core and 1 rank is a fair unit), with
 opt.DistOpt around SGD, once per exchange: plain (float32), half (float16 on the wire),
 sparseTopK (spars 0.01) and sparseThreshold (spars 0.001). Rank 0 times --steps steps after
 --warmup untimed ones (compilation, recording) and reports:
 
 - images/second of the whole job (N * batch * steps / seconds);
 - scaling efficiency: images/second with N ranks / (N * images/second with 1 rank), for the
-  same exchange; on one machine N ranks share its cores, so this shows what the exchanges and
-  the smaller share of threads cost, not a cluster's scaling;
+  same exchange (1.0: the exchanges cost nothing; on one machine the ranks also share its
+  memory bandwidth and caches);
 - bytes this rank put on the wire per step (DistOpt.wire_bytes: the payload, not MPI's
   protocol), and the seconds per step the step waited for its exchanges (the communication
   backward did not hide);
@@ -52,10 +53,7 @@ def worker(args):
             if args.threshold is not None:
                 dist.threshold = args.threshold
         ranks = 1 if dist is None else dist.world_size
-        if dist is not None and exchange == "plain":
-            numba.set_num_threads(
-                max(1, numba.config.NUMBA_NUM_THREADS // dist.communicator.local_size)
-            )
+        numba.set_num_threads(args.threads)
         if dist is None and int(os.environ.get("PMI_SIZE", "1")) > 1:
             continue  # SGD alone is the 1-rank reference only
         shape = SHAPES[args.model]
@@ -103,7 +101,7 @@ def launch(args, ranks):
         sys.exit("bench/dist.py: no mpiexec: pip install 'nnmem[mpi]'")
     command = [launcher, "-n", str(ranks), sys.executable, os.path.abspath(__file__), "--worker"]
     command += ["--model", args.model, "--batch", str(args.batch), "--steps", str(args.steps)]
-    command += ["--warmup", str(args.warmup)]
+    command += ["--warmup", str(args.warmup), "--threads", str(args.threads)]
     if args.threshold is not None:
         command += ["--threshold", str(args.threshold)]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -123,12 +121,17 @@ def main():
     p.add_argument("--threshold", type=int, default=None, help="DistOpt's fusion threshold")
     p.add_argument("--json", default=None)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)
+    args.threads = max(1, (os.cpu_count() or 1) // max(args.ranks))
     rows = [row for ranks in args.ranks for row in launch(args, ranks)]
     one = {r["exchange"]: r["images_per_second"] for r in rows if r["ranks"] == 1}
-    print(f"{args.model}, batch {args.batch} per rank, {args.steps} timed steps, graph mode")
+    print(
+        f"{args.model}, batch {args.batch} per rank, {args.threads} thread(s) per rank, "
+        f"{args.steps} timed steps, graph mode"
+    )
     print(
         f"{'ranks':>5} {'exchange':16} {'threads':>7} {'images/s':>9} {'efficiency':>10} "
         f"{'bytes/step':>11} {'wait ms/step':>12}"
@@ -144,7 +147,9 @@ def main():
             f"{efficiency:>10} {r['wire_bytes_per_step']:>11,} "
             f"{1e3 * r['wait_seconds_per_step']:12.2f}"
         )
-    result = dict(model=args.model, batch=args.batch, steps=args.steps, rows=rows)
+    result = dict(
+        model=args.model, batch=args.batch, threads=args.threads, steps=args.steps, rows=rows
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
