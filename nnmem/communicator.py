@@ -149,9 +149,14 @@ class Communicator:
         handle = self.submit("end of the calls queued before", lambda: None)
         handle.result()
 
+    def break_off(self, reason):
+        """Break the communicator: every later call raises, and the job is aborted at exit
+        (the ranks' collectives no longer match)."""
+        self._broken = self._broken or reason
+
     def fail(self, message):
-        """Break the communicator (every later call raises) and raise DistributedError."""
-        self._broken = self._broken or message
+        """Break the communicator and raise DistributedError."""
+        self.break_off(message)
         raise DistributedError(message)
 
     def _drain(self):

@@ -196,11 +196,13 @@ class DistOpt:
 
     def all_reduce(self, tensor):
         """Start summing `tensor` over the ranks, in place; wait() waits for it (SINGA's)."""
-        self._outstanding.append(self._exchange([tensor], _Wire("plain"), None, scale=False))
+        key = ("all_reduce", len(self._outstanding))  # its own staging array
+        self._outstanding.append(self._exchange([tensor], _Wire("plain"), key, scale=False))
 
     def all_reduce_half(self, tensor):
         """all_reduce with float16 on the wire."""
-        self._outstanding.append(self._exchange([tensor], _Wire("half"), None, scale=False))
+        key = ("all_reduce", len(self._outstanding))
+        self._outstanding.append(self._exchange([tensor], _Wire("half"), key, scale=False))
 
     def wait(self):
         """Wait for every all_reduce started (SINGA's: the communication streams)."""
@@ -256,6 +258,12 @@ class DistOpt:
             fuser.flush()
             for finish in finishes:
                 finish()
+        except KeyboardInterrupt:
+            # Ctrl-C under mpiexec reaches every rank, each at its own point of the step:
+            # their collectives can no longer match. Waiting for them could take the whole
+            # timeout; the communicator is broken instead, and the job aborted at exit.
+            self.communicator.break_off("a step was interrupted (Ctrl-C) during its exchanges")
+            raise
         except BaseException:
             # Collectives still in flight write into this step's buffers: let them end
             # before the buffers go back to the pool.
@@ -272,7 +280,7 @@ class DistOpt:
     def _exchange(self, grads, wire, key, scale=True, phase="backward", turn=None):
         """Queue the start of one exchange of `grads` (device operations: recorded in graph
         mode); return the function that queues its finish. key: which exchange of the step
-        (its staging array and residual), None for all_reduce's; phase: the recording's
+        (its staging array and residual); phase: the recording's
         phase of both operations; turn: (i, n) to run only in the steps whose partial-update
         turn is i modulo n (read when the step runs, so a replayed graph takes turns too)."""
         dev = grads[0].device

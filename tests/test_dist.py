@@ -172,7 +172,7 @@ def test_nnmem_train_under_mpiexec_prints_and_saves_on_rank_0_only(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("epoch 1:") == 1, done.stdout  # rank 0 alone prints
-    assert "2 ranks (batch 64 each" in done.stdout and "exchange half" in done.stdout
+    assert "2 ranks (batch 64 and " in done.stdout and "exchange half" in done.stdout
     assert saved.exists() and saved.stat().st_size > 0
 
 
@@ -276,13 +276,13 @@ def test_a_failed_exchange_changes_neither_parameters_nor_residuals(communicator
     m(tx)
     w, residual = tensor.to_numpy(m.scaled.W), dist._residuals[0].copy()
 
-    def interrupted(*args):
-        raise KeyboardInterrupt
+    def failing(*args):
+        raise RuntimeError("the collective failed")
 
     with monkeypatch.context() as patch:
-        patch.setattr(communicator, "sparse_allreduce", interrupted)
+        patch.setattr(communicator, "sparse_allreduce", failing)
         tx.copy_from_numpy(grads[1])
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(RuntimeError, match="the collective failed"):
             m(tx)
     np.testing.assert_array_equal(tensor.to_numpy(m.scaled.W), w)
     np.testing.assert_array_equal(dist._residuals[0], residual)
@@ -305,4 +305,61 @@ def test_a_broken_communicator_refuses_further_calls():
         comm.fail("did not complete (a test)")
     with pytest.raises(DistributedError, match="failed earlier"):
         comm.submit("anything", lambda: None)
+    comm._broken = None  # this process must not be aborted at exit
+
+
+def test_all_reduce_and_wait_as_singas_scripts_call_them(communicator):
+    """train_cnn.py sums a number over the ranks: copy it in, all_reduce(t.data), wait()."""
+    dist = opt.DistOpt(opt.SGD(), communicator=communicator)
+    reducer = tensor.Tensor((1,), device.create_cpu_device("1MiB"))
+    reducer.copy_from_numpy(np.array([2.5], np.float32))
+    dist.all_reduce(reducer.data)
+    dist.wait()
+    assert tensor.to_numpy(reducer)[0] == 2.5  # one rank: its own value, not divided
+
+
+def test_bad_arguments_are_refused_with_the_fix(communicator):
+    with pytest.raises(TypeError, match=r"opt.DistOpt\(opt.SGD"):
+        opt.DistOpt("sgd", communicator=communicator)
+    with pytest.raises(ValueError, match="launch with mpiexec"):
+        opt.DistOpt(opt.SGD(), nccl_id=1, communicator=communicator)
+    with pytest.raises(ValueError, match="choose one of"):
+        opt.DistOpt(opt.SGD(), exchange="gzip", communicator=communicator)
+    with pytest.raises(ValueError, match=r"in \(0, 1\]"):
+        opt.DistOpt(opt.SGD(), exchange="sparseTopK", spars=5, communicator=communicator)
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        Communicator(timeout=float("nan"))
+
+
+def test_without_mpi4py_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    with pytest.raises(ImportError, match=r"pip install 'nnmem\[mpi\]'"):
+        Communicator()
+
+
+def test_importing_nnmem_loads_no_mpi():
+    code = "import sys, nnmem, nnmem.opt; assert 'mpi4py' not in sys.modules, 'mpi4py loaded'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_ctrl_c_during_the_exchanges_breaks_the_communicator(monkeypatch):
+    """Every rank gets the Ctrl-C, each at its own point: their collectives cannot match
+    any more, so the communicator refuses to go on (and aborts the job at exit)."""
+    comm = Communicator(timeout=30)
+    dist = opt.DistOpt(opt.SGD(lr=1.0), communicator=comm)
+    m = Exchanging(np.zeros(4, np.float32), "backward_and_update")
+    m.set_optimizer(dist)
+    tx = tensor.PlaceHolder((4,), device.create_cpu_device("16MiB"))
+    m.compile([tx], is_train=True, use_graph=False)
+    tx.copy_from_numpy(np.ones(4, np.float32))
+
+    def interrupted(values):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(comm, "allreduce", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        m(tx)
+    np.testing.assert_array_equal(tensor.to_numpy(m.scaled.W), np.zeros(4, np.float32))
+    with pytest.raises(DistributedError, match="interrupted"):
+        m(tx)
     comm._broken = None  # this process must not be aborted at exit

@@ -362,7 +362,7 @@ def train(args, dev, data, num_classes, dist=None):
         + (
             ""
             if dist is None
-            else f", {world_size} ranks (batch {batch} each, {numba.get_num_threads()} threads "
+            else f", {world_size} ranks (batch {batch} and {numba.get_num_threads()} thread(s) "
             f"each), exchange {dist.exchange}"
         )
     )
