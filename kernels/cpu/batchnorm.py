@@ -8,7 +8,8 @@ Training forward (m = N*H*W elements per channel):
 (SINGA's convention: momentum weights the OLD running value.)
 
 Every kernel runs in parallel over channels; each channel's sums are taken in a
-fixed (n, h, w) order with float64 accumulators, so results are deterministic.
+fixed order with float64 accumulators (four chains, see _channel_sum), so results are
+deterministic.
 Per-channel vectors (gamma, beta, saved_*, running_*) have shape (C,). No kernel
 allocates or needs a workspace.
 """
@@ -37,17 +38,89 @@ def _check_bn(y, x, c_vec):
 check_bn = njit(cache=True)(_check_bn)
 
 
+# The sums of a channel: four float64 accumulators, each taking every fourth element of a
+# row, added in a fixed order at the end. One accumulator makes every addition wait for the
+# previous one (a float64 add takes about four cycles: a 32,768-element channel was
+# latency-bound, 2-3 times slower than memory); four independent chains fill the adder and
+# let LLVM use vector registers. Deterministic: the order depends on the shape only.
+
+
 def _channel_sum(x, ci):
-    s = 0.0
+    """sum of x[:, ci] (float64)."""
     n, c, h, w = x.shape
+    s0 = s1 = s2 = s3 = 0.0
     for b in range(n):
         for u in range(h):
-            for v in range(w):
-                s += x[b, ci, u, v]
-    return s
+            v = 0
+            while v + 4 <= w:
+                s0 += x[b, ci, u, v]
+                s1 += x[b, ci, u, v + 1]
+                s2 += x[b, ci, u, v + 2]
+                s3 += x[b, ci, u, v + 3]
+                v += 4
+            while v < w:
+                s0 += x[b, ci, u, v]
+                v += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+def _channel_squared_deviations(x, ci, mean):
+    """sum of (x[:, ci] - mean)^2 (float64)."""
+    n, c, h, w = x.shape
+    s0 = s1 = s2 = s3 = 0.0
+    for b in range(n):
+        for u in range(h):
+            v = 0
+            while v + 4 <= w:
+                d0 = x[b, ci, u, v] - mean
+                d1 = x[b, ci, u, v + 1] - mean
+                d2 = x[b, ci, u, v + 2] - mean
+                d3 = x[b, ci, u, v + 3] - mean
+                s0 += d0 * d0
+                s1 += d1 * d1
+                s2 += d2 * d2
+                s3 += d3 * d3
+                v += 4
+            while v < w:
+                d0 = x[b, ci, u, v] - mean
+                s0 += d0 * d0
+                v += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+def _channel_gradient_sums(dy, x, ci, mean, invstd):
+    """(sum of dy[:, ci], sum of dy[:, ci] * xhat) with xhat = (x - mean) * invstd."""
+    n, c, h, w = x.shape
+    g0 = g1 = g2 = g3 = 0.0
+    p0 = p1 = p2 = p3 = 0.0
+    for b in range(n):
+        for u in range(h):
+            v = 0
+            while v + 4 <= w:
+                a0 = dy[b, ci, u, v]
+                a1 = dy[b, ci, u, v + 1]
+                a2 = dy[b, ci, u, v + 2]
+                a3 = dy[b, ci, u, v + 3]
+                g0 += a0
+                g1 += a1
+                g2 += a2
+                g3 += a3
+                p0 += a0 * ((x[b, ci, u, v] - mean) * invstd)
+                p1 += a1 * ((x[b, ci, u, v + 1] - mean) * invstd)
+                p2 += a2 * ((x[b, ci, u, v + 2] - mean) * invstd)
+                p3 += a3 * ((x[b, ci, u, v + 3] - mean) * invstd)
+                v += 4
+            while v < w:
+                a0 = dy[b, ci, u, v]
+                g0 += a0
+                p0 += a0 * ((x[b, ci, u, v] - mean) * invstd)
+                v += 1
+    return (g0 + g1) + (g2 + g3), (p0 + p1) + (p2 + p3)
 
 
 channel_sum = njit(cache=True)(_channel_sum)
+channel_squared_deviations = njit(cache=True)(_channel_squared_deviations)
+channel_gradient_sums = njit(cache=True)(_channel_gradient_sums)
 
 
 def _batchnorm2d_forward_train(
@@ -65,13 +138,7 @@ def _batchnorm2d_forward_train(
     m = n * h * w
     for ci in prange(c):
         mean = channel_sum(x, ci) / m
-        sq = 0.0
-        for b in range(n):
-            for u in range(h):
-                for v in range(w):
-                    d = x[b, ci, u, v] - mean
-                    sq += d * d
-        var = sq / m
+        var = channel_squared_deviations(x, ci, mean) / m
         invstd = 1.0 / math.sqrt(var + eps)
         scale = gamma[ci] * invstd
         shift = beta[ci]
@@ -135,14 +202,7 @@ def _batchnorm2d_backward(dx, dgamma, dbeta, dy, x, gamma, saved_mean, saved_inv
     for ci in prange(c):
         mean = saved_mean[ci]
         invstd = saved_invstd[ci]
-        sdy = 0.0
-        sdyx = 0.0
-        for b in range(n):
-            for u in range(h):
-                for v in range(w):
-                    g = dy[b, ci, u, v]
-                    sdy += g
-                    sdyx += g * ((x[b, ci, u, v] - mean) * invstd)
+        sdy, sdyx = channel_gradient_sums(dy, x, ci, mean, invstd)
         dbeta[ci] = sdy
         dgamma[ci] = sdyx
         k = gamma[ci] * invstd / m
