@@ -109,11 +109,8 @@ class Communicator:
                 f"Communicator(timeout={timeout!r}): give a positive number of seconds"
             )
         self.MPI = MPI = import_mpi()
-        self.comm = (comm or MPI.COMM_WORLD).Dup()
-        self.world_size, self.global_rank = self.comm.Get_size(), self.comm.Get_rank()
-        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
-        self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
-        node.Free()
+        parent = comm or MPI.COMM_WORLD
+        self.world_size, self.global_rank = parent.Get_size(), parent.Get_rank()  # local calls
         self.timeout = float(timeout)
         self.wire_bytes = 0  # payload bytes this rank has sent, all collectives together
         self.collectives = 0  # calls queued on the communication stream
@@ -125,6 +122,12 @@ class Communicator:
         self._thread.start()
         # Registered after mpi4py's own exit handler (MPI_Finalize), so it runs before it.
         atexit.register(self._abort_if_broken)
+        # Collectives too, so bounded: a rank that failed before it made its DistOpt never
+        # joins them.
+        self.comm = self.call("duplication of the communicator", parent.Dup)
+        node = self.call("ranks per node", self.comm.Split_type, MPI.COMM_TYPE_SHARED)
+        self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
+        node.Free()
 
     # -- the communication stream ---------------------------------------------------------
     def submit(self, what, fn, *args):
@@ -172,7 +175,7 @@ class Communicator:
         if self._broken is not None:
             sys.stderr.write(f"nnmem: aborting the MPI job: {self._broken}\n")
             sys.stderr.flush()
-            self.comm.Abort(1)
+            self.MPI.COMM_WORLD.Abort(1)
 
     # -- collectives (run on the communication stream) ---------------------------------
     def allreduce(self, values):

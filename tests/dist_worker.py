@@ -4,7 +4,8 @@ MODE "train": every configuration of CONFIGS trains STEPS steps of the SINGA CNN
 shard of one data set (batch BATCH per rank); each rank writes OUT/rank<r>.npz with the losses,
 the final states and the bytes sent per configuration.
 MODE "mismatch": rank 1 builds a wider model (the ranks must both fail, naming it).
-MODE "dies": rank 1 raises before its first step (rank 0 must fail within the timeout).
+MODE "dies": rank 1 raises before its first step, "dies-early" before it makes its DistOpt
+(rank 0 must fail within the timeout).
 """
 
 import sys
@@ -79,7 +80,15 @@ def train(options, dist_option, spars, threshold, sgd, width=500):
 
 
 def main(mode, out):
-    sgd = opt.DistOpt(opt.SGD(**LR), timeout=float(sys.argv[3]) if len(sys.argv) > 3 else 60.0)
+    from mpi4py import MPI
+
+    if mode == "dies-early" and MPI.COMM_WORLD.Get_rank() == 1:
+        raise SystemExit("rank 1 stops before it makes its DistOpt")
+    try:
+        sgd = opt.DistOpt(opt.SGD(**LR), timeout=float(sys.argv[3]) if len(sys.argv) > 3 else 60)
+    except DistributedError as e:
+        print(f"rank 0 DistributedError: {e}", flush=True)
+        raise SystemExit(3) from None
     rank = sgd.global_rank
     if mode == "train":
         saved = {}

@@ -148,8 +148,9 @@ def test_different_models_fail_on_every_rank_naming_the_difference():
     assert "linear1.W" in output and "every rank must build the same model" in output, output
 
 
-def test_a_rank_that_stops_makes_the_others_fail_within_the_timeout():
-    status, output = mpiexec("dies", ".", 3, timeout=120)
+@pytest.mark.parametrize("mode", ["dies", "dies-early"])
+def test_a_rank_that_stops_makes_the_others_fail_within_the_timeout(mode):
+    status, output = mpiexec(mode, ".", 3, timeout=120)
     assert status != 0
     assert "rank 0 DistributedError" in output, output
     assert "did not complete within 3 s" in output, output
