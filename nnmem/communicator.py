@@ -125,6 +125,9 @@ class Communicator:
         # Collectives too, so bounded: a rank that failed before it made its DistOpt never
         # joins them.
         self.comm = self.call("duplication of the communicator", parent.Dup)
+        # An MPI error (a message of another size than the peers': the ranks' models or
+        # settings differ) raises MPI.Exception in Python, rather than killing the job.
+        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
         node = self.call("ranks per node", self.comm.Split_type, MPI.COMM_TYPE_SHARED)
         self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
         node.Free()
@@ -195,10 +198,12 @@ class Communicator:
         """values (float32) = the sum over ranks of each rank's chosen elements of
         c = values + residual (residual None: c = values); the rest of c is returned (the
         residual the next step adds), or None without a residual. Chosen: the ceil(spars * n)
-        largest |c| (top_k), else every |c| >= spars. Every rank sums the gathered pairs in
-        rank order, so all get the same bits."""
+        largest |c| (top_k), else every |c| >= spars; a NaN or infinite c always. Every rank
+        sums the gathered pairs in rank order, so all get the same bits."""
         candidates = values if residual is None else values + residual
-        magnitude = np.abs(candidates)
+        # NaN and infinities are always sent: kept back, they would sit in the residual for
+        # ever, and the parameters would never show that training diverged.
+        magnitude = np.where(np.isfinite(candidates), np.abs(candidates), np.inf)
         if top_k:
             k = min(max(math.ceil(spars * candidates.size), 1), candidates.size)
             chosen = np.sort(np.argpartition(-magnitude, k - 1)[:k]).astype(np.int32)

@@ -8,11 +8,13 @@ order of float32 sums): the loss is a mean over the batch, and the mean of N mea
 the mean over N * B.
 
 How a step exchanges gradients (SINGA's backward_and_update): autograd yields each gradient
-as soon as it is final; a gradient larger than ``threshold`` elements is all-reduced alone, in
-place; smaller ones are copied into a *fused buffer* (a tensor in the device pool, so graph
-mode plans its bytes like any other) until more than ``threshold`` elements have gathered,
-and the buffer goes as one message: few large messages instead of many small ones, whose
-latency would dominate. Each exchange starts on the communication stream at once, while
+as soon as it is final; a gradient larger than ``threshold`` elements is all-reduced alone;
+smaller ones are gathered until more than ``threshold`` elements have come, and go as one
+message: few large messages instead of many small ones, whose latency would dominate. Each
+message is a *buffer*, a tensor in the device pool (graph mode plans its bytes like any
+other), not the gradients' own bytes, which SINGA sums in place: backward may still read a
+gradient it yielded (Add hands one tensor to both its inputs), and the collective writes its
+buffer while backward goes on. Each exchange starts on the communication stream at once, while
 backward goes on; the step waits for all of them only before the updates.
 
 Each exchange is two device operations, so that graph mode records them like any other
@@ -35,11 +37,12 @@ random seeds.
 
 import math
 import time
+import weakref
 
 import numpy as np
 
 from nnmem import autograd
-from nnmem.communicator import DEFAULT_TIMEOUT_S, Communicator
+from nnmem.communicator import DEFAULT_TIMEOUT_S, Communicator, DistributedError
 from nnmem.tensor import Tensor, to_numpy
 
 #: SINGA's default threshold, in elements: gradients at most this large are fused
@@ -114,9 +117,10 @@ class DistOpt:
         self._staging = {}  # (exchange key, size, dtype) -> a pinned host array
         self._residuals = {}  # exchange key -> the sparsification residual (host, float32)
         self._left = {}  # exchange key -> the residual this step leaves, until its commit
-        self._synchronized = set()  # ids of the models whose parameters came from rank 0
+        self._synchronized = weakref.WeakSet()  # the models whose states came from rank 0
         self._outstanding = []  # finishes of all_reduce / all_reduce_half, run by wait()
         self._turn = 0  # backward_and_partial_update: the steps taken (which partition next)
+        self._calls_before_step = 0  # the communicator's calls when the step began
 
     @property
     def wire_bytes(self):
@@ -169,6 +173,7 @@ class DistOpt:
         apart; a step sends one partition. The averaging runs in the commit, after the
         updates: a rank that fails there breaks the communicator, and the job stops."""
         _check_threshold(threshold)
+        self._calls_before_step = self.communicator.collectives
         dev = loss.device
         gradients = list(autograd.backward(loss))
         partitions = []
@@ -184,8 +189,9 @@ class DistOpt:
             self.opt.step()
             for i, params in enumerate(partitions):
                 turn = (i, len(partitions))
+                key = ("partition", i)
                 self._exchange(
-                    params, _Wire("plain"), ("partition", i), phase="update", turn=turn
+                    params, _Wire("plain"), key, phase="update", turn=turn, in_place_ok=True
                 )()
             self._next_turn(dev)
 
@@ -197,7 +203,8 @@ class DistOpt:
     def all_reduce(self, tensor):
         """Start summing `tensor` over the ranks, in place; wait() waits for it (SINGA's)."""
         key = ("all_reduce", len(self._outstanding))  # its own staging array
-        self._outstanding.append(self._exchange([tensor], _Wire("plain"), key, scale=False))
+        finish = self._exchange([tensor], _Wire("plain"), key, scale=False, in_place_ok=True)
+        self._outstanding.append(finish)
 
     def all_reduce_half(self, tensor):
         """all_reduce with float16 on the wire."""
@@ -212,17 +219,44 @@ class DistOpt:
 
     # -- before a model's step -----------------------------------------------------------
     def before_step(self, model):
-        """Model runs it before each training step: the collectives a failed step left in
-        flight end first (they write into bytes the new step may use), and before the first
-        step the ranks synchronise the model."""
-        self.communicator.quiesce()
+        """Model runs it before each training step: before the first, the ranks synchronise
+        the model."""
         self.synchronize_model(model)
+        self._calls_before_step = self.communicator.collectives
+
+    def step_failed(self, error):
+        """Model runs it when a training step fails (eager or replayed). If the step had
+        queued exchanges, the ranks can no longer agree on which collective comes next (this
+        rank may have failed alone, the others went on): the communicator is broken (every
+        later call raises; the job is aborted at exit). Its collectives still in flight end
+        first (they write into bytes the pool may hand out again), except after Ctrl-C, which
+        every rank gets at its own point of the step: nothing would end them but the
+        timeout."""
+        comm = self.communicator
+        if comm.collectives == self._calls_before_step:
+            return  # nothing was exchanged: the ranks still agree
+        if not isinstance(error, KeyboardInterrupt):
+            try:
+                comm.quiesce()
+            except DistributedError:
+                return  # broken by the timeout
+        comm.break_off(f"a step failed on rank {self.global_rank} during its exchanges ({error!r})")
+
+    # -- the states a failed step drops (Model's undo record), the wrapped optimizer's ----
+    def state_mark(self):
+        return self.opt.state_mark()
+
+    def forget_state_since(self, mark):
+        self.opt.forget_state_since(mark)
+
+    def hyperparameters(self):
+        return self.opt.hyperparameters()
 
     def synchronize_model(self, model):
         """Check that every rank built the same model, then give every rank rank 0's states
         (parameters and buffers). Model runs it before its first training step; a model
         already synchronised is left alone."""
-        if id(model) in self._synchronized:
+        if model in self._synchronized:
             return
         states = sorted(model.get_states().items())
         self.communicator.check_same(
@@ -230,7 +264,7 @@ class DistOpt:
             [(name, tuple(t.shape), str(np.dtype(t.dtype))) for name, t in states],
         )
         self.broadcast_parameters([t for _, t in states])
-        self._synchronized.add(id(model))
+        self._synchronized.add(model)
 
     def broadcast_parameters(self, tensors):
         """Every rank's `tensors` = rank 0's (all received before any is written)."""
@@ -247,27 +281,25 @@ class DistOpt:
         _check_threshold(threshold)
         dev = loss.device
         gradients, finishes = [], []
-        fuser = _Fuser(
-            threshold, lambda grads: finishes.append(self._exchange(grads, wire, len(finishes)))
-        )
+        self._calls_before_step = self.communicator.collectives  # (also without a Model)
+        param_of = {}  # id(gradient) -> its parameter: an exchange is keyed by what it carries
+
+        def send(grads):
+            key = tuple((param_of[id(g)].name, id(param_of[id(g)])) for g in grads)
+            finishes.append(self._exchange(grads, wire, key))
+
+        fuser = _Fuser(threshold, send)
         try:
             for param, grad in autograd.backward(loss):
                 _check_dtype(param, wire)
                 gradients.append((param, grad))
+                param_of[id(grad)] = param
                 fuser.add(grad)
             fuser.flush()
             for finish in finishes:
                 finish()
-        except KeyboardInterrupt:
-            # Ctrl-C under mpiexec reaches every rank, each at its own point of the step:
-            # their collectives can no longer match. Waiting for them could take the whole
-            # timeout; the communicator is broken instead, and the job aborted at exit.
-            self.communicator.break_off("a step was interrupted (Ctrl-C) during its exchanges")
-            raise
-        except BaseException:
-            # Collectives still in flight write into this step's buffers: let them end
-            # before the buffers go back to the pool.
-            self.communicator.quiesce()
+        except BaseException as e:  # also without a Model (plain autograd), which calls it too
+            self.step_failed(e)
             raise
         self.opt._allocate_state([param for param, _ in gradients], dev)
         with dev.commit_phase():
@@ -277,15 +309,19 @@ class DistOpt:
             if wire.kind == "sparse" and wire.corr:
                 self._commit_residuals(dev)
 
-    def _exchange(self, grads, wire, key, scale=True, phase="backward", turn=None):
+    def _exchange(
+        self, grads, wire, key, scale=True, phase="backward", turn=None, in_place_ok=False
+    ):
         """Queue the start of one exchange of `grads` (device operations: recorded in graph
-        mode); return the function that queues its finish. key: which exchange of the step
-        (its staging array and residual); phase: the recording's
-        phase of both operations; turn: (i, n) to run only in the steps whose partial-update
-        turn is i modulo n (read when the step runs, so a replayed graph takes turns too)."""
+        mode); return the function that queues its finish. key: what the exchange carries
+        (its staging array and residual are kept under it); phase: the recording's phase of
+        both operations; turn: (i, n) to run only in the steps whose partial-update turn is
+        i modulo n (read when the step runs, so a replayed graph takes turns too);
+        in_place_ok: a single tensor may be summed in its own bytes (a gradient may not:
+        backward can still be reading it, e.g. Add hands one tensor to both its inputs)."""
         dev = grads[0].device
         comm, kernels, token = self.communicator, dev.kernels, self._token(dev)
-        in_place = len(grads) == 1 and wire.kind == "plain"
+        in_place = in_place_ok and len(grads) == 1 and wire.kind == "plain"
         if in_place:
             buffer = grads[0]
         else:

@@ -38,7 +38,6 @@ from nnmem.layer import Layer
 from nnmem.memory import format_bytes, parse_bytes
 from nnmem.memory.cache import TensorCache
 from nnmem.memory.errors import OutOfMemory
-from nnmem.opt import Optimizer
 from nnmem.tensor import Tensor
 
 #: offload="dyn": the caps on a convolution's workspace tried in turn (None: no cap; 0: the
@@ -231,6 +230,9 @@ class Model(Layer):
             except BaseException as e:
                 if before is not None and dev.commits == before.commits:
                     before.restore(self)  # failed before any update: undo the rest
+                step_failed = getattr(self.optimizer, "step_failed", None)  # DistOpt's
+                if self.training and step_failed is not None:
+                    step_failed(e)
                 if isinstance(e, MemoryError):
                     # The failed step's tensors are held by the frames of the traceback: drop
                     # them, so that a retry in the caller's `except` (a smaller batch) has the
@@ -254,7 +256,9 @@ class Model(Layer):
             buffers.append(dev.rng_state)  # dropout's draw counter
         buffers = [t for t in buffers if t.block.allocated and dev.runs_kernels]
         copies = list(zip(buffers, dev.snapshot(buffers)))
-        mark = self.optimizer.state_mark() if isinstance(self.optimizer, Optimizer) else None
+        # An Optimizer, or one that wraps an Optimizer (DistOpt): its state made by a failed
+        # step is dropped again.
+        mark = self.optimizer.state_mark() if hasattr(self.optimizer, "state_mark") else None
         counter_existed = dev.rng_state is not None and dev.rng_state.block.allocated
         return _StateBefore(
             dev.commits,

@@ -232,7 +232,7 @@ def run(args):
                 f"{len(x_train)} training images of each of the {dist.world_size} ranks; use "
                 f"at most {len(x_train)} (the batch is per rank)"
             )
-    dev = create_device(args)
+    dev = create_device(args, dist)
     try:
         # A run that overflows is stopped by train() with the step and the layer; NumPy's
         # overflow warnings, printed before that, would only bury the explanation.
@@ -283,13 +283,15 @@ def _shape(shape):
     return "x".join(map(str, shape))
 
 
-def create_device(args):
-    """The device --device names; one this machine cannot provide is a usage error."""
+def create_device(args, dist=None):
+    """The device --device names; one this machine cannot provide is a usage error. Under
+    mpiexec (dist), the ranks of a node take its GPUs in turn (by local rank)."""
     if args.device == "cpu":
         dev = device.create_cpu_device(args.pool, link_gbps=args.link_gbps)
     else:
         try:
-            dev = device.create_cuda_gpu(args.pool)
+            gpu = 0 if dist is None else dist.local_rank % max(device.get_num_gpus(), 1)
+            dev = device.create_cuda_gpu_on(gpu, args.pool)
         except device.DeviceUnavailable as e:
             raise UsageError(
                 f"argument --device: cuda is not available ({e}); use --device cpu"
@@ -332,7 +334,7 @@ def create_dist_opt(args):
 
 def train(args, dev, data, num_classes, dist=None):
     """Compile the model, then train it epoch by epoch, printing one line per epoch (with
-    `dist`, a DistOpt: on this rank's shard, and on rank 0 only the printing, evaluation and
+    `dist`, a DistOpt: on this rank's shard, and on rank 0 only the printing and the
     checkpoints)."""
     x_train, y_train, x_test, y_test = data
     rank, world_size = (0, 1) if dist is None else (dist.global_rank, dist.world_size)
@@ -378,9 +380,11 @@ def train(args, dev, data, num_classes, dist=None):
         losses = train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps)
         seconds = time.perf_counter() - start
         peak = dev.memory_stats()["allocated_bytes.peak"]
-        if rank != 0:  # the others go on; they wait for rank 0 in the next step's exchange
-            continue
+        # Every rank evaluates (the same parameters: the same accuracy), so that none waits in
+        # the next step's exchange, against its timeout, while rank 0 alone evaluates.
         accuracy = evaluate(model, tx, x_test, y_test)
+        if rank != 0:
+            continue
         print(
             f"epoch {epoch + 1}: loss {np.mean(losses):.4f}  test accuracy {accuracy:.4f}  "
             f"{steps * batch * world_size / seconds:.0f} images/s  peak pool memory "
