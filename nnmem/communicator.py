@@ -113,7 +113,7 @@ class Communicator:
         self.world_size, self.global_rank = parent.Get_size(), parent.Get_rank()  # local calls
         self.timeout = float(timeout)
         self.wire_bytes = 0  # payload bytes this rank has sent, all collectives together
-        self.collectives = 0  # calls queued on the communication stream
+        self.calls = 0  # calls queued on the communication stream
         self._broken = None
         self._queue = queue.SimpleQueue()
         self._thread = threading.Thread(
@@ -137,8 +137,8 @@ class Communicator:
         """Queue ``fn(*args)`` on the communication stream; a Handle to wait for it."""
         if self._broken is not None:
             raise DistributedError(f"the communicator failed earlier: {self._broken}")
-        self.collectives += 1
-        handle = Handle(self, f"call #{self.collectives} ({what})")
+        self.calls += 1
+        handle = Handle(self, f"call #{self.calls} ({what})")
         self._queue.put((handle, fn, args))
         return handle
 

@@ -173,7 +173,7 @@ class DistOpt:
         apart; a step sends one partition. The averaging runs in the commit, after the
         updates: a rank that fails there breaks the communicator, and the job stops."""
         _check_threshold(threshold)
-        self._calls_before_step = self.communicator.collectives
+        self._calls_before_step = self.communicator.calls
         dev = loss.device
         gradients = list(autograd.backward(loss))
         partitions = []
@@ -182,11 +182,8 @@ class DistOpt:
             _check_dtype(param, _Wire("plain"))
             fuser.add(param)
         fuser.flush()
-        self.opt._allocate_state([param for param, _ in gradients], dev)
-        with dev.commit_phase():
-            for param, grad in gradients:
-                self.opt.apply(param.name, param, grad)
-            self.opt.step()
+
+        def average_one_partition():
             for i, params in enumerate(partitions):
                 turn = (i, len(partitions))
                 key = ("partition", i)
@@ -194,6 +191,8 @@ class DistOpt:
                     params, _Wire("plain"), key, phase="update", turn=turn, in_place_ok=True
                 )()
             self._next_turn(dev)
+
+        self.opt.apply_gradients(gradients, dev, then=average_one_partition)
 
     def update(self, param, grad):
         """SINGA's: grad /= world_size, then the wrapped optimizer's update, at once."""
@@ -222,7 +221,7 @@ class DistOpt:
         """Model runs it before each training step: before the first, the ranks synchronise
         the model."""
         self.synchronize_model(model)
-        self._calls_before_step = self.communicator.collectives
+        self._calls_before_step = self.communicator.calls
 
     def step_failed(self, error):
         """Model runs it when a training step fails (eager or replayed). If the step had
@@ -233,7 +232,7 @@ class DistOpt:
         every rank gets at its own point of the step: nothing would end them but the
         timeout."""
         comm = self.communicator
-        if comm.collectives == self._calls_before_step:
+        if comm.calls == self._calls_before_step:
             return  # nothing was exchanged: the ranks still agree
         if not isinstance(error, KeyboardInterrupt):
             try:
@@ -241,16 +240,6 @@ class DistOpt:
             except DistributedError:
                 return  # broken by the timeout
         comm.break_off(f"a step failed on rank {self.global_rank} during its exchanges ({error!r})")
-
-    # -- the states a failed step drops (Model's undo record), the wrapped optimizer's ----
-    def state_mark(self):
-        return self.opt.state_mark()
-
-    def forget_state_since(self, mark):
-        self.opt.forget_state_since(mark)
-
-    def hyperparameters(self):
-        return self.opt.hyperparameters()
 
     def synchronize_model(self, model):
         """Check that every rank built the same model, then give every rank rank 0's states
@@ -276,12 +265,22 @@ class DistOpt:
             for t, value in zip(tensors, values):
                 t.copy_from_numpy(value)
 
+    # -- the states a failed step drops (Model's undo record), the wrapped optimizer's ----
+    def state_mark(self):
+        return self.opt.state_mark()
+
+    def forget_state_since(self, mark):
+        self.opt.forget_state_since(mark)
+
+    def hyperparameters(self):
+        return self.opt.hyperparameters()
+
     # -- a step -------------------------------------------------------------------------
     def _step(self, loss, threshold, wire):
         _check_threshold(threshold)
         dev = loss.device
         gradients, finishes = [], []
-        self._calls_before_step = self.communicator.collectives  # (also without a Model)
+        self._calls_before_step = self.communicator.calls  # (also without a Model)
         param_of = {}  # id(gradient) -> its parameter: an exchange is keyed by what it carries
 
         def send(grads):
@@ -301,13 +300,10 @@ class DistOpt:
         except BaseException as e:  # also without a Model (plain autograd), which calls it too
             self.step_failed(e)
             raise
-        self.opt._allocate_state([param for param, _ in gradients], dev)
-        with dev.commit_phase():
-            for param, grad in gradients:
-                self.opt.apply(param.name, param, grad)
-            self.opt.step()
-            if wire.kind == "sparse" and wire.corr:
-                self._commit_residuals(dev)
+        keeps_residuals = wire.kind == "sparse" and wire.corr
+        self.opt.apply_gradients(
+            gradients, dev, then=(lambda: self._commit_residuals(dev)) if keeps_residuals else None
+        )
 
     def _exchange(
         self, grads, wire, key, scale=True, phase="backward", turn=None, in_place_ok=False

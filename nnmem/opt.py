@@ -158,12 +158,19 @@ class Optimizer:
     def __call__(self, loss):
         """Backward from `loss`, then update every parameter and advance the step counter;
         all of it or (when backward or an allocation fails) none of it."""
-        gradients = list(autograd.backward(loss))
-        self._allocate_state([param for param, _ in gradients], loss.device)
-        with loss.device.commit_phase():
+        self.apply_gradients(list(autograd.backward(loss)), loss.device)
+
+    def apply_gradients(self, gradients, device, then=None):
+        """The two phases for (parameter, gradient) pairs: make every state the updates
+        need, then, in the commit phase, update every parameter, advance the step counter
+        and call then() (a wrapper's own part of the commit: DistOpt's residuals)."""
+        self._allocate_state([param for param, _ in gradients], device)
+        with device.commit_phase():
             for param, grad in gradients:
                 self.apply(param.name, param, grad)
             self.step()
+            if then is not None:
+                then()
 
     def _allocate_state(self, params, device):
         """Create the step counter and every parameter's state before any update runs; if an
