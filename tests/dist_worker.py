@@ -5,10 +5,12 @@ shard of one data set (batch BATCH per rank); each rank writes OUT/rank<r>.npz w
 the final states and the bytes sent per configuration.
 MODE "mismatch": rank 1 builds a wider model (the ranks must both fail, naming it).
 MODE "dies": rank 1 raises before its first step, "dies-early" before it makes its DistOpt
-(rank 0 must fail within the timeout).
+(rank 0 must fail within the timeout); "stuck": rank 1 sleeps STUCK_S before its first step
+(rank 0 fails within the timeout, and its abort at exit ends the job long before rank 1 wakes).
 """
 
 import sys
+import time
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from nnmem.data import shard
 from nnmem.models.cnn import CNN
 
 STEPS, BATCH, WORLD = 3, 8, 2
+STUCK_S = 90
 LR = dict(lr=0.05, momentum=0.9, weight_decay=1e-4)
 #: name -> (compile options, dist_option, spars, threshold)
 CONFIGS = {
@@ -103,6 +106,8 @@ def main(mode, out):
         return
     if mode == "dies" and rank == 1:
         raise SystemExit("rank 1 stops before its first step")
+    if mode == "stuck" and rank == 1:
+        time.sleep(STUCK_S)
     try:
         train(dict(use_graph=True), "plain", None, None, sgd, width=600 if rank == 1 else 500)
     except DistributedError as e:
