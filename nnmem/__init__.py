@@ -5,4 +5,4 @@ SINGA's user API: ``from nnmem import tensor, device, layer, model, opt, autogra
 
 from nnmem import autograd, device, layer, model, opt, tensor  # noqa: F401
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"

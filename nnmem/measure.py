@@ -8,6 +8,10 @@ first step) and then one measured step each way:
 - "eager": blocks freed as soon as nothing refers to them;
 - "graph": the compiled step's timeline, from its arena layout.
 It returns the three Timelines and the compiled step's memory summary (with its lower bound).
+The graph's Timeline carries the plan's tensors (``timeline.tensors``, for the memory viewer).
+With ``recompute="cost-aware"`` (or "speed", "memory") a fourth, "recompute": the same
+compiled step compiled again with recomputation, on the same device (so with the same
+convolution workspaces: a plan on a planning device may size them otherwise).
 
 ``measure_lanes(make_model, x, y, offload)`` runs a graph step that offloads, with vDNN's
 synchronous engine and with the asynchronous one, and returns each step's compute and copy
@@ -21,7 +25,12 @@ from nnmem.memory.timeline import Timeline
 
 
 def _trained_model(make_model, x, y, use_graph, recycle, pool_bytes, seed, **compile_options):
-    dev = device.create_cpu_device(pool_bytes, link_gbps=compile_options.pop("link_gbps", None))
+    # strategy given: a new device even when pool_bytes is None (create_cpu_device() alone is
+    # the default device, which the caller's own model, and the models measured before this
+    # one, may still hold blocks of: they would count in this step's persistent bytes)
+    dev = device.create_cpu_device(
+        pool_bytes, strategy="best_fit", link_gbps=compile_options.pop("link_gbps", None)
+    )
     dev.recycle = recycle
     dev.SetRandSeed(seed)
     model = make_model()
@@ -35,9 +44,9 @@ def _trained_model(make_model, x, y, use_graph, recycle, pool_bytes, seed, **com
     return model, dev, tx, ty
 
 
-def measure_step(make_model, x, y, pool_bytes=None, seed=0):
-    """{label: Timeline} for one step with no recycling, eager and graph; and the compiled
-    step's memory summary."""
+def measure_step(make_model, x, y, pool_bytes=None, seed=0, recompute=None):
+    """{label: Timeline} for one step with no recycling, eager and graph (and "recompute", with
+    a `recompute` strategy); and the compiled step's memory summary (without recomputation)."""
     timelines = {}
     for label, recycle in (("no recycling", False), ("eager", True)):
         model, dev, tx, ty = _trained_model(make_model, x, y, False, recycle, pool_bytes, seed)
@@ -47,7 +56,14 @@ def measure_step(make_model, x, y, pool_bytes=None, seed=0):
     model, dev, tx, ty = _trained_model(make_model, x, y, True, True, pool_bytes, seed)
     compiled = model.compiled_step(tx, ty)
     timelines["graph"] = compiled.timeline
-    return timelines, compiled.memory_summary()
+    compiled.timeline.tensors = compiled.live_tensors()
+    summary = compiled.memory_summary()
+    if recompute is not None:
+        compiled.compile(compiled.sequential, recompute)
+        compiled.timeline.label = f"graph + recompute ({recompute})"
+        compiled.timeline.tensors = compiled.live_tensors()
+        timelines["recompute"] = compiled.timeline
+    return timelines, summary
 
 
 def measure_lanes(make_model, x, y, offload, pool_bytes=None, seed=0, link_gbps=None):
@@ -73,4 +89,5 @@ def measure_lanes(make_model, x, y, offload, pool_bytes=None, seed=0, link_gbps=
         model(tx, ty)
         lanes[f"{label} offload ({offload})"] = compiled.engine.lanes()
     compiled.timeline.label = f"graph + offload ({offload})"
+    compiled.timeline.tensors = compiled.live_tensors()
     return lanes, compiled.timeline

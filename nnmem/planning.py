@@ -73,12 +73,15 @@ def plan(
     offload="all",
     budget=None,
     step_args=None,
+    tensors=False,
 ):
     """A StepPlan for training `model` (a new, uninitialised Model: it is compiled on a
     planning device) on batches of `input_shape` (batch first) with class-id labels.
     `offload`: the policy of the offloading techniques ("none" leaves them out; "dyn" takes
     the fastest policy that fits `budget`, or "all" when none does). `step_args`: the
-    arguments of train_one_batch after x and y (default: see the module's docstring)."""
+    arguments of train_one_batch after x and y (default: see the module's docstring).
+    `tensors`: keep every technique's tensors in its timeline (``timeline.tensors``, what
+    the memory viewer shows; for a deep network, many rows)."""
     dev = device.create_planning_device()
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     step_args = _step_args(model, step_args)
@@ -104,7 +107,7 @@ def plan(
             chosen = None if budget is None else step.choose_offload(sequential, strategy, budget)
             policy = chosen or "all"
         step.compile(sequential, strategy, policy)
-        techniques.append(_summarise(name, step))
+        techniques.append(_summarise(name, step, tensors))
     dev.recycle = True
     return StepPlan(
         type(model).__name__, tx.shape, step.persistent_bytes, len(step.recorded), techniques
@@ -175,10 +178,12 @@ def _inputs(model, input_shape, dev, optimizer, dtype):
     return tx, ty
 
 
-def _summarise(name, step):
+def _summarise(name, step, tensors=False):
     timeline = step.timeline
     position, operation = timeline.peak_step()
     timeline.label = name
+    if tensors:
+        timeline.tensors = step.live_tensors()
     return TechniquePlan(
         name,
         step.persistent_bytes + step.layout.arena_bytes,

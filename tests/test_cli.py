@@ -359,7 +359,7 @@ def test_evaluation_pads_the_last_batch_and_counts_only_real_samples():
     assert train_command.evaluate(model, tx, x, y) == expected
 
 
-# -- --timeline: matplotlib checked first, a .png path only ----------------------------------
+# -- --timeline: matplotlib checked first (for a .png), a .png or .html path only ---------------
 
 
 def test_timeline_without_matplotlib_is_refused_before_any_work(capsys, monkeypatch):
@@ -375,16 +375,18 @@ def test_timeline_without_matplotlib_is_refused_before_any_work(capsys, monkeypa
     line = one_line_error(capsys)
     assert "--timeline" in line and "matplotlib" in line
     assert 'pip install "nnmem[plot]"' in line and "pip install matplotlib" in line
+    assert "html" in line  # the memory viewer needs no matplotlib
 
 
 @pytest.mark.parametrize("name", ["timeline", "timeline.json", "timeline.pdf", "timeline."])
-def test_timeline_takes_a_png_path_only(capsys, tmp_path, name):
+def test_timeline_takes_a_png_or_html_path_only(capsys, tmp_path, name):
     path = tmp_path / name
     argv = ["train", "--model", "mlp", "--epochs", "1", "--max-batches", "1"]
     assert main(argv + ["--timeline", str(path)]) == 2
     line = one_line_error(capsys)
     assert line.startswith("nnmem train: error: argument --timeline: ") and ".png" in line
-    assert str(tmp_path / "timeline.png") in line  # the name to use instead
+    assert str(tmp_path / "timeline.png") in line  # the names to use instead
+    assert str(tmp_path / "timeline.html") in line
     assert list(tmp_path.iterdir()) == []  # refused before anything ran or was written
 
 

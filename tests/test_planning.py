@@ -5,6 +5,7 @@ import pytest
 
 from nnmem import device, opt, tensor
 from nnmem.cli import main
+from nnmem.measure import measure_step
 from nnmem.models import create_model
 from nnmem.planning import plan
 
@@ -47,10 +48,49 @@ def test_planned_peak_is_the_measured_peak(name):
     ]
     for technique, setting in zip(planned.techniques, settings, strict=True):
         assert technique.peak_bytes == measured_peak(name, *setting), technique
+        assert technique.timeline.peak == technique.peak_bytes  # what a plot's legend says
     baseline, liveness, recompute, offload, all_three = planned.techniques
     assert baseline.peak_bytes > liveness.peak_bytes >= recompute.peak_bytes
     assert liveness.peak_bytes >= offload.peak_bytes
     assert offload.host_bytes > 0 and all_three.host_bytes > 0
+
+
+def test_a_planned_timeline_peaks_with_its_arena_not_at_its_lower_bound():
+    """A plan's table and its plot's legend print one peak: persistent + arena, the pool's
+    peak, which is above the curve's top (persistent + lower bound) where the layout leaves
+    gaps between storages."""
+    pytest.importorskip("matplotlib", reason="plotting needs matplotlib")
+    from nnmem.memory.timeline import plot_timelines
+
+    planned = plan(create_model("cnn"), (4, 1, 28, 28), offload="none")
+    recompute = planned.techniques[2]
+    timeline = recompute.timeline
+    assert recompute.peak_bytes > recompute.lower_bound_bytes  # this layout has gaps
+    assert timeline.peak == recompute.peak_bytes
+    assert max(timeline.bytes) == recompute.lower_bound_bytes
+    legend = plot_timelines([t.timeline for t in planned.techniques]).axes[0].get_legend()
+    texts = [text.get_text() for text in legend.get_texts()]
+    for technique, text in zip(planned.techniques, texts, strict=True):
+        assert f"(peak {technique.peak_bytes / 2**20:.1f} MiB" in text, text
+    assert f"{recompute.lower_bound_bytes / 2**20:.1f} MiB live" in texts[2]
+
+
+def test_planned_baseline_rises_as_a_device_without_recycling_measures():
+    """The baseline (recycling off) keeps each block from its first write to the end of the
+    step: its planned curve rises through the step, as the pool of an eager step with
+    recycling off does, to the same peak; it is not the peak all along."""
+    shape = (4, 1, 28, 28)
+    x = np.random.default_rng(0).random(shape, dtype=np.float32)
+    measured = measure_step(lambda: create_model("cnn"), x, np.zeros(4, np.int32), "64MiB")[0]
+    eager = measured["no recycling"]
+    baseline = plan(create_model("cnn"), shape, sequential=True, offload="none").techniques[0]
+    planned = baseline.timeline
+    assert planned.names == eager.names  # serial order: the order eager runs the kernels
+    assert planned.peak == eager.peak == baseline.peak_bytes
+    assert planned.bytes == sorted(planned.bytes) and planned.bytes[0] < planned.peak / 2
+    # the results (output and loss) are allocated before a graph step runs: a few hundred bytes
+    assert all(0 <= p - e <= 1024 for p, e in zip(planned.bytes, eager.bytes, strict=True))
+    assert planned.live == sorted(planned.live) and planned.live[0] < planned.live[-1]
 
 
 def test_planning_allocates_no_bytes_and_runs_nothing():

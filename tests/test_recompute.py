@@ -19,14 +19,16 @@ CASES = {
 }
 
 
-def run(name, recompute, use_graph=True, sequential=False, steps=3):
+def run(name, recompute, use_graph=True, sequential=False, steps=3, offload="none"):
     shape, kwargs = CASES[name]
     dev = device.create_cpu_device("128MiB")
     dev.SetRandSeed(0)
     m = create_model(name, **kwargs)
     m.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
     tx, ty = tensor.PlaceHolder(shape, dev), tensor.PlaceHolder((shape[0],), dev, tensor.int32)
-    m.compile([tx], use_graph=use_graph, sequential=sequential, recompute=recompute)
+    m.compile(
+        [tx], use_graph=use_graph, sequential=sequential, recompute=recompute, offload=offload
+    )
     rng = np.random.default_rng(0)
     losses = []
     for _ in range(steps):
@@ -48,18 +50,59 @@ def test_every_strategy_changes_no_number(name):
             for k in states:
                 np.testing.assert_array_equal(states[k], eager[1][k], err_msg=f"{strategy} {k}")
     assert steps["speed"].recomputations > 0 and steps["memory"].recomputations > 0
-    # cost-aware recomputes, or drops recomputation where it would raise the peak (the SINGA
-    # CNN's peak is in the commit phase, where no recomputation helps)
+    # cost-aware recomputes, or drops recomputation where it would raise the peak
     plain = run(name, "none")[2].memory_summary()["arena_bytes"]
     cost = steps["cost-aware"]
     assert cost.recomputations > 0 or cost.memory_summary()["arena_bytes"] == plain
 
 
 def test_cost_aware_drops_a_recomputation_that_would_raise_the_peak():
-    _, _, step = run("cnn", "cost-aware")
+    # offloading every activation moves the peak away from the tensors recomputation drops:
+    # keeping what rebuilds them then only adds bytes
+    _, _, step = run("cnn", "cost-aware", offload="all")
     assert step.recompute_strategy == "cost-aware" and step.recomputations == 0
-    raised = step._plan(False, "cost-aware", "none")["layout"].arena_bytes
+    raised = step._plan(False, "cost-aware", "all")["layout"].arena_bytes
     assert raised > step.layout.arena_bytes
+
+
+@pytest.mark.parametrize("name", ["cnn", "alexnet", "inception"])
+def test_memory_centric_rebuilds_for_one_operation_at_a_time_in_any_order(name):
+    """Memory-centric rebuilds what each backward operation needs and drops it after that
+    operation: in any replay order (BFS too, which starts every node as soon as it may), the
+    tensors rebuilt for two different operations are never live at the same time."""
+    _, _, step = run(name, "memory", steps=1)
+    for sequential in (True, False):
+        step.compile(sequential)
+        position = {i: p for p, i in enumerate(step.order)}
+        # the rewrite puts the rebuilds an operation needs right before it: their consumer
+        consumer, waiting = {}, []
+        for node in step.nodes:
+            if node.phase == "recompute":
+                waiting += [id(s.block) for s in node.writes]
+            else:
+                consumer.update((key, node.index) for key in waiting)
+                waiting = []
+        rebuilt = set(consumer)
+        span = {}
+        for i in step.order:
+            for block in step.nodes[i].blocks():
+                if id(block) in rebuilt:
+                    first, _ = span.get(id(block), (position[i], None))
+                    span[id(block)] = (first, position[i])
+        assert rebuilt
+        for a in rebuilt:
+            for b in rebuilt:
+                if consumer[a] != consumer[b]:
+                    assert span[a][1] < span[b][0] or span[b][1] < span[a][0], (sequential, a, b)
+
+
+def test_memory_centric_needs_no_more_than_speed_centric():
+    def lower_bound(strategy, sequential):
+        _, _, step = run("cnn", strategy, sequential=sequential, steps=1)
+        return step.layout.lower_bound
+
+    for sequential in (True, False):
+        assert lower_bound("memory", sequential) < lower_bound("speed", sequential), sequential
 
 
 def test_recomputation_lowers_the_resnet_peak_and_cost_aware_is_in_between():

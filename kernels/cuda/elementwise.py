@@ -82,6 +82,10 @@ def _relu_backward_kernel(dx, dy, y):
 
 @kernel(*_UNARY)
 def _sigmoid_forward_kernel(y, x):
+    """y[i] = 1 / (1 + exp(-x[i])) for every i < x.size: one thread per element, i =
+    cuda.grid(1); the threads past the end of the array do nothing. exp only ever sees a
+    non-positive number (for x < 0: e / (1 + e) with e = exp(x)), so nothing overflows and
+    y is 0 or 1 at the extremes, never NaN (a NaN in x gives NaN). In-place safe: y may be x."""
     i = cuda.grid(1)
     if i < x.size:
         v = x[i]

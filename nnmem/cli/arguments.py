@@ -86,22 +86,32 @@ def sample_shape(text):
     return shape
 
 
-def png_path(text):
-    """A path ending in .png (any case) in a folder that exists: matplotlib picks the file's
-    format from its extension, so "out" would be written as out.png and "out.json" refused,
-    and a missing folder would be found only after the work the file records."""
+#: What --timeline writes, by the file's extension (any case).
+TIMELINE_KINDS = {".png": "a plot", ".html": "the memory viewer"}
+
+
+def timeline_path(text):
+    """A path ending in .png (a plot, matplotlib's) or .html (the memory viewer), any case, in a
+    folder that exists: the extension says which file to write, so "out" or "out.json" is
+    refused, and a missing folder would be found only after the work the file records."""
     root, ext = os.path.splitext(text)
-    if ext.lower() != ".png" or not os.path.basename(root):
-        example = root + ".png" if os.path.basename(root) else os.path.join(root, "timeline.png")
+    if ext.lower() not in TIMELINE_KINDS or not os.path.basename(root):
+        stem = root if os.path.basename(root) else os.path.join(root, "timeline")
+        kinds = " or ".join(f"{stem}{ext} ({what})" for ext, what in TIMELINE_KINDS.items())
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a .png file name; name one, e.g. {example}"
+            f"{text!r} is not a .png or .html file name; name one, e.g. {kinds}"
         )
     folder = os.path.dirname(text) or "."
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: the folder {folder!r} does not exist; create it or name a PNG elsewhere"
+            f"{text!r}: the folder {folder!r} does not exist; create it or name a file elsewhere"
         )
     return text
+
+
+def is_html(path):
+    """Does --timeline `path` name the memory viewer (an .html file) rather than a plot?"""
+    return os.path.splitext(path)[1].lower() == ".html"
 
 
 def _number(kind, text, example):

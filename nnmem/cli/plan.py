@@ -5,7 +5,8 @@ liveness + offload and all three (--offload picks the policy; none leaves them o
 prints the peak, the lower bound, the live tensors at the peak, the operation where the peak
 happens, the extra recomputed operations and the host memory offloading takes; with
 --budget, which fit; with --find-depth / --find-batch, the deepest ResNet or the largest
-batch that fits.
+batch that fits; with --timeline FILE.html, the memory viewer of the planned techniques (a
+click on an operation lists the tensors live there), or with FILE.png their plot.
 
 Without --input and --batch-size it plans the step that ``nnmem train`` runs for the same
 --model: a batch of 64 of the shipped digits (1x28x28).
@@ -15,7 +16,15 @@ import functools
 
 import numpy as np
 
-from nnmem.cli.arguments import UsageError, byte_size, positive_float, positive_int, sample_shape
+from nnmem.cli.arguments import (
+    UsageError,
+    byte_size,
+    positive_float,
+    positive_int,
+    sample_shape,
+    timeline_path,
+)
+from nnmem.cli.timeline import require_matplotlib, write_timeline
 from nnmem.cli.train import DEFAULT_BATCH, PAPER_SAMPLES, SMALLEST_IMAGE
 from nnmem.graph.offload import POLICIES
 from nnmem.memory import OutOfMemory, format_bytes
@@ -86,6 +95,15 @@ def add_parser(commands):
         help="plan for vDNN's synchronous engine (the same memory as the asynchronous one: "
         "the engines differ in when they wait, not in what they keep)",
     )
+    p.add_argument(
+        "--timeline",
+        type=timeline_path,
+        metavar="FILE",
+        default=None,
+        help="FILE.html: write the memory viewer of the planned techniques (click an operation "
+        "to list the tensors live there, see the arena's layout); FILE.png: plot them, with "
+        "the data beside it as JSON",
+    )
     search = p.add_mutually_exclusive_group()
     search.add_argument(
         "--find-depth",
@@ -120,6 +138,7 @@ def run(args):
         raise UsageError(
             "argument --sync-offload: it is about offloading; leave it out with --offload none"
         )
+    require_matplotlib(args.timeline)
     if args.find_depth and args.model != "resnet":
         raise UsageError("argument --find-depth: it searches ResNet depths; use --model resnet")
     sample = args.input or PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE)
@@ -142,7 +161,24 @@ def run(args):
     if isinstance(step, StepTooLarge):
         raise step
     print_plan(step, args.budget)
+    if args.timeline:
+        if step.techniques[0].timeline.tensors is None:  # a search's plan: planned again
+            step = _plan(args, sample, args.batch_size, args.depth, tensors=True)
+        write_plan_timeline(args, step)
     return 0
+
+
+def write_plan_timeline(args, step):
+    """--timeline: every technique of `step` (a StepPlan with its tensors), the viewer showing
+    liveness first; a plot gets liveness's lower bound."""
+    liveness = next(t for t in step.techniques if t.technique == "liveness")
+    write_timeline(
+        args.timeline,
+        [t.timeline for t in step.techniques],
+        f"{step.model}, input {_shape(step.input_shape)}: memory of one training step, planned",
+        lower_bound=liveness.lower_bound_bytes,
+        selected="liveness",
+    )
 
 
 def find_depth(args, planned, depths):
@@ -217,10 +253,13 @@ def _planned(args, sample, batch, depth):
         return e
 
 
-def _plan(args, sample, batch, depth):
+def _plan(args, sample, batch, depth, tensors=None):
     """plan() of the model the flags describe. A step that does not fit the planning device is
     a StepTooLarge (one line), not the pool's report: its advice, a larger create_cpu_device
-    pool, makes no sense for a plan."""
+    pool, makes no sense for a plan. `tensors` (keep each technique's tensors, for the
+    viewer): by default with --timeline, unless a search plans many steps to keep one."""
+    if tensors is None:
+        tensors = bool(args.timeline) and not (args.find_depth or args.find_batch)
     step = f"a training step of {args.model} on input {_shape((batch,) + sample)}"
     if args.width != 1:
         step += f" at --width {args.width:g}"
@@ -232,6 +271,7 @@ def _plan(args, sample, batch, depth):
             offload=args.offload,
             budget=args.budget,
             dtype=np.dtype(args.dtype),
+            tensors=tensors,
         )
     except OutOfMemory as e:
         raise StepTooLarge(

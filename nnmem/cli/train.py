@@ -2,11 +2,8 @@
 accuracy, images per second and the pool's peak memory."""
 
 import functools
-import importlib.util
 import itertools
-import json
 import math
-import os
 import time
 
 import numba
@@ -17,6 +14,7 @@ from nnmem import device, opt, tensor
 from nnmem.cli import arguments
 from nnmem.cli.arguments import UsageError
 from nnmem.cli.divergence import StateCopy, first_nonfinite_layer
+from nnmem.cli.timeline import require_matplotlib, write_timeline
 from nnmem.communicator import DEFAULT_TIMEOUT_S, launched_with_mpi
 from nnmem.data import iterate_batches, load, shard
 from nnmem.dist_opt import EXCHANGES
@@ -24,7 +22,6 @@ from nnmem.graph.concurrency import MODES
 from nnmem.graph.offload import POLICIES
 from nnmem.measure import measure_lanes, measure_step
 from nnmem.memory import OutOfMemory, format_bytes
-from nnmem.memory.timeline import plot_timelines
 from nnmem.models import MODELS, create_model
 from nnmem.planning import smallest_pool
 
@@ -88,12 +85,14 @@ def add_parser(commands):
     )
     p.add_argument(
         "--timeline",
-        type=arguments.png_path,
-        metavar="PNG",
+        type=arguments.timeline_path,
+        metavar="FILE",
         default=None,
-        help="before training, plot one step's memory (no recycling, eager, graph; with "
-        "--offload, also its compute and copy lanes, sync and async) with the lower bound "
-        "to this PNG file, and write the data beside it as JSON (same name, .json)",
+        help="before training, measure one step's memory (no recycling, eager, graph; with "
+        "--offload, also its compute and copy lanes, sync and async): FILE.png plots it with "
+        "the lower bound and writes the data beside it as JSON (same name, .json); "
+        "FILE.html writes the memory viewer (one page, with the graph step recompiled with "
+        "cost-aware recomputation too): click an operation to list the tensors live there",
     )
     p.set_defaults(run=run)
 
@@ -210,8 +209,7 @@ def run(args):
         ):
             if wrong:
                 raise UsageError(f"argument --concurrency: leave out {flag}: {why}")
-    if args.timeline:
-        require_matplotlib()
+    require_matplotlib(args.timeline)
     world_size = launched_with_mpi()
     check_dist_flags(args, world_size)
     x_train, y_train, x_test, y_test = load(args.data)
@@ -240,18 +238,9 @@ def run(args):
             train(args, dev, (x_train, y_train, x_test, y_test), num_classes, dist)
     except OutOfMemory as e:
         e.add_note(pool_hint(args, x_train.shape[1:], num_classes))
+        e.add_note(viewer_hint(args, x_train.shape[1:], num_classes))
         raise
     return 0
-
-
-def require_matplotlib():
-    """--timeline plots with matplotlib, an optional dependency: checked before any work, so
-    that a missing one does not throw away the measurement it would have plotted."""
-    if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError(
-            "argument --timeline: plotting needs matplotlib, which is not installed; install "
-            'it with pip install "nnmem[plot]" (or pip install matplotlib), or leave out --timeline'
-        )
 
 
 def check_image_size(model, data, sample):
@@ -501,19 +490,40 @@ def pool_hint(args, sample, num_classes):
     )
 
 
-def plot_step_timelines(args, x, y, num_classes):
-    """Measure one step three ways on throwaway copies of the model, and plot them."""
-    timelines, plan = measure_step(
-        functools.partial(make_model, args, num_classes, x.shape[1]), x, y, args.pool, args.seed
+def viewer_hint(args, sample, num_classes):
+    """The note that says how to see the tensors live at this step's peak: the memory viewer
+    of the same step, planned (nnmem plan runs nothing, so it cannot run out of memory)."""
+    depth = f" --depth {args.depth}" if args.model == "resnet" else ""
+    classes = "" if num_classes == 10 else f" --num-classes {num_classes}"
+    return (
+        f"nnmem train: to see which tensors are live at the peak and where the plan puts them, "
+        f"write the memory viewer and open it in a browser: nnmem plan --model {args.model}"
+        f"{depth}{classes} --batch {args.batch_size} --input {_shape(sample)} "
+        "--timeline oom.html"
     )
+
+
+def plot_step_timelines(args, x, y, num_classes):
+    """Measure one step three ways on throwaway copies of the model (with offloading, its
+    lanes too), and write --timeline: a plot, or the memory viewer (which adds the graph step
+    compiled with cost-aware recomputation)."""
+    timelines, summary = measure_step(
+        functools.partial(make_model, args, num_classes, x.shape[1]),
+        x,
+        y,
+        args.pool,
+        args.seed,
+        recompute="cost-aware" if arguments.is_html(args.timeline) else None,
+    )
+    width = max(len(t.label) for t in timelines.values())
     for t in timelines.values():
         position, name = t.peak_step()
-        print(f"  {t.label:13} peak {format_bytes(t.peak):>10} at step {position} ({name})")
+        print(f"  {t.label:{width}} peak {format_bytes(t.peak):>10} at step {position} ({name})")
     print(
-        f"  static plan: arena {format_bytes(plan['arena_bytes'])}, lower bound "
-        f"{format_bytes(plan['lower_bound_bytes'])}"
+        f"  static plan: arena {format_bytes(summary['arena_bytes'])}, lower bound "
+        f"{format_bytes(summary['lower_bound_bytes'])}"
     )
-    bound = plan["persistent_bytes"] + plan["lower_bound_bytes"]
+    bound = summary["persistent_bytes"] + summary["lower_bound_bytes"]
     lanes = {}
     if args.offload not in ("none", "dyn") and not args.no_graph:
         lanes, offloaded = measure_lanes(
@@ -531,25 +541,15 @@ def plot_step_timelines(args, x, y, num_classes):
             copying = sum(end - start for lane, _, start, end in step_lanes if lane == "copy")
             length = max((end for *_, end in step_lanes), default=0.0)
             print(f"  {label}: step {1e3 * length:.1f} ms, copies {1e3 * copying:.1f} ms")
-    plot_timelines(
-        list(timelines.values()),
+    write_timeline(
         args.timeline,
+        list(timelines.values()),
+        f"{args.model}, batch {len(x)}: memory during one training step",
         lower_bound=bound,
-        title=f"{args.model}, batch {len(x)}: memory during one training step",
         lanes=lanes,
+        data={"plan": summary},
+        selected=timelines["graph"].label,
     )
-    data_path = os.path.splitext(args.timeline)[0] + ".json"
-    with open(data_path, "w") as f:
-        json.dump(
-            {
-                "lower_bound_bytes": bound,
-                "plan": plan,
-                "timelines": [t.as_dict() for t in timelines.values()],
-                "lanes": {label: step_lanes for label, step_lanes in lanes.items()},
-            },
-            f,
-        )
-    print(f"  timeline written to {args.timeline} (data: {data_path})")
 
 
 def evaluate(model, tx, x, y):

@@ -33,6 +33,7 @@ class TransferEngine:
         self.waits = []  # (label, before, after): events around the waits made this step
         self.trace = False  # record every call's start and end (lanes); set before calls()
         self._traced = []  # (lane, name, start event, end event) of each traced call
+        self._stalls = []  # the last step's waits, as self.waits holds them
         self._origin = device.create_event()  # the start of the step, for lanes()
 
     # -- building the call list -----------------------------------------------------------
@@ -42,7 +43,7 @@ class TransferEngine:
         the commit phase starts. `arrays_of(node)` builds a node's arrays."""
         dev = self.device
         waits_before = {}  # position -> [(label, event)]
-        self.transfers, self.waits, self._traced = [], [], []
+        self.transfers, self.waits, self._traced, self._stalls = [], [], [], []
         events = {}
         commit_start = min(commit_start, len(order))
         for position, i in enumerate(order):
@@ -145,11 +146,14 @@ class TransferEngine:
 
     def lanes(self):
         """The last step's calls as (lane, name, start, end), seconds from its start: the
-        compute lane (only when ``trace`` was set) and the copy lane. Read after finish()."""
+        compute lane (only when ``trace`` was set), the copy lane, and the stalls (lane
+        "stall": the compute stream waiting for a copy, or for a layer's end in sync mode).
+        Read after the step."""
         origin = self._origin
+        traced = self._traced + [("stall", label, b, a) for label, b, a in self._stalls]
         return [
             (lane, name, origin.elapsed_time(start) / 1e3, origin.elapsed_time(end) / 1e3)
-            for lane, name, start, end in self._traced
+            for lane, name, start, end in traced
         ]
 
     def _wait_call(self, label, event):
@@ -208,7 +212,7 @@ class TransferEngine:
             "offload.stall_seconds": stall,
             "offload.overlap": 1.0 - stall / transfer if transfer > 0 else 1.0,
         }
-        self.waits = []
+        self._stalls, self.waits = self.waits, []  # the last step's, for lanes()
         return figures
 
 

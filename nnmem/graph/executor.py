@@ -25,9 +25,18 @@ waits for its end, so a replay is either wholly applied or leaves the parameters
 
 import contextlib
 
+from nnmem.graph import draw
 from nnmem.graph.concurrency import Concurrency
 from nnmem.graph.engine import TransferEngine
-from nnmem.graph.liveness import END, HOST, INTERMEDIATE, block_kinds, storages
+from nnmem.graph.liveness import (
+    END,
+    HOST,
+    INPUT,
+    INTERMEDIATE,
+    PARAMETER,
+    block_kinds,
+    storages,
+)
 from nnmem.graph.offload import add_offload
 from nnmem.graph.recompute import add_recomputation
 from nnmem.graph.schedule import dependencies, replay_order
@@ -386,6 +395,95 @@ class CompiledStep:
             steps.append((self.nodes[i].name, before, frozenset(live)))
         return steps
 
+    def live_tensors(self):
+        """Every tensor of the plan, with when and where it lives: what the memory viewer
+        (memory/viewer.py) shows at each operation. Plain data, ready for JSON:
+
+        - "tensors": one row per intermediate block, [name, shape, bytes, storage, first,
+          last, flags]: its description, its shape as the first kernel that touches it sees it,
+          its own bytes, the index of its storage, its live range (positions in the replay
+          order: the operation that makes it and the last one that uses it), and flags among
+          "in place" (it took over the storage of the tensor before it), "offloaded" (copied
+          out to host memory), "prefetched" (that copy brought back for backward),
+          "recomputed" (rebuilt in backward);
+        - "storages": one row per storage, [bytes, offset, first, last]: the bytes the plan
+          reserves (rounded up to the pool's alignment; in-place tensors share them) at this
+          offset in the arena, over the union of its tensors' ranges;
+        - "persistent": the blocks outside the arena, [name, shape, bytes, kind] (parameters
+          and optimizer state, inputs, results), and "persistent_bytes", all of the pool
+          outside the arena (those blocks, rounded up, and anything else allocated);
+        - "host": the offloaded tensors' copies in the host pool, [name, bytes, first, last],
+          and "host_bytes", the host pool's arena for them;
+        - "phases": per position, its node's phase ("forward", "backward", "recompute",
+          "update");
+        - "arena_bytes", "lower_bound_bytes": the layout's figures.
+
+        At position p the curve of ``self.timeline`` is persistent_bytes + the bytes of the
+        storages with first <= p <= last, and the tensors live there are the rows with
+        first <= p <= last."""
+        shapes, flags, blocks = self._views()
+        tensors = []
+        for index, storage in enumerate(self.storages):
+            for k, (block, (first, last)) in enumerate(zip(storage.blocks, storage.ranges)):
+                marks = (["in place"] if k else []) + flags.get(id(block), [])
+                tensors.append(
+                    [block.desc, shapes[id(block)], block.nbytes, index, first, last, marks]
+                )
+        storages = [
+            [s.nbytes, offset, s.first, s.last]
+            for s, offset in zip(self.storages, self.layout.offsets)
+        ]
+        kept = (PARAMETER, INPUT, END)
+        persistent = [
+            [block.desc, shapes[key], block.nbytes, self.kinds[key]]
+            for key, block in blocks.items()
+            if self.kinds[key] in kept
+        ]
+        host = [
+            [block.desc, block.nbytes, first, last]
+            for s in self.host_storages
+            for block, (first, last) in zip(s.blocks, s.ranges)
+        ]
+        return {
+            "tensors": tensors,
+            "storages": storages,
+            "persistent": persistent,
+            "persistent_bytes": self.persistent_bytes,
+            "host": host,
+            "host_bytes": self.host_layout.arena_bytes,
+            "phases": [self.nodes[i].phase for i in self.order],
+            "arena_bytes": self.layout.arena_bytes,
+            "lower_bound_bytes": self.layout.lower_bound,
+        }
+
+    def _views(self):
+        """({block id: shape}, {block id: flags}, {block id: block}) over the replay order: the
+        shape the first kernel touching a block sees (a transfer sees only bytes), and which
+        blocks a copy-out reads, a prefetch writes, a recomputation writes."""
+        kernel_shapes, any_shapes, flags, blocks = {}, {}, {}, {}
+        for i in self.order:
+            node = self.nodes[i]
+            for spec in node.writes + node.reads:
+                key = id(spec.block)
+                blocks.setdefault(key, spec.block)
+                any_shapes.setdefault(key, list(spec.shape))
+                if node.stream == "compute":
+                    kernel_shapes.setdefault(key, list(spec.shape))
+            if node.stream == "copy":
+                out = node.fn.direction == "out"
+                block = node.reads[0].block if out else node.writes[0].block
+                flags.setdefault(id(block), []).append("offloaded" if out else "prefetched")
+            elif node.phase == "recompute":
+                for spec in node.writes:
+                    flags.setdefault(id(spec.block), []).append("recomputed")
+        return {**any_shapes, **kernel_shapes}, flags, blocks
+
+    def to_dot(self):
+        """The step as Graphviz DOT text: operations coloured by the kind of block they write,
+        their liveness, and their dependencies (graph/draw.py; draw.draw(step) draws the same
+        graph with matplotlib)."""
+        return draw.to_dot(self)
+
     def describe(self, limit=None):
         """The graph as text: nodes in replay order with the blocks they read and write."""
         names, edges = {}, sum(len(p) for p in dependencies(self.nodes))
@@ -426,7 +524,11 @@ class CompiledStep:
             live.append(c)
         names = [self.nodes[i].name for i in self.order]
         return Timeline(
-            f"graph ({'serial' if self.sequential else 'BFS'})", names, bytes_in_use, live
+            f"graph ({'serial' if self.sequential else 'BFS'})",
+            names,
+            bytes_in_use,
+            live,
+            pool_peak=persistent_bytes + self.layout.arena_bytes,
         )
 
 

@@ -18,8 +18,9 @@ recycling by reference counts, SINGA). Two blocks whose live ranges do not overl
 memory, whatever their shapes (MXNet).
 
 In-place (MXNet): when a node may write its output over an input (an elementwise kernel) and
-the node is that input's last reader, the output is merged into the input's storage. Only
-then: reusing an input that a later node still reads is the in-place "trap".
+the node is that input's last reader, the output is merged into the input's storage
+(may_write_in_place). Only then: reusing an input that a later node still reads is the in-place
+"trap".
 """
 
 INPUT, PARAMETER, INTERMEDIATE, END = "input", "parameter", "intermediate", "end"
@@ -48,6 +49,32 @@ def block_kinds(nodes):
     return kinds, blocks
 
 
+def may_write_in_place(position, out_range, in_range, out_bytes, in_bytes):
+    """May the node at replay `position` write its output over its input's bytes? (MXNet)
+
+    `out_range` and `in_range` are the (first, last) positions at which the output and the
+    input are live (inclusive); `out_bytes` is the output's size, `in_bytes` the size of the
+    storage that holds the input. True exactly when all four hold:
+
+    - in_range[1] == position:  this node is the input's last reader. If a later node still
+      reads the input, writing over it hands that node the output's values: the in-place trap;
+    - in_range[0] < position:   the input has its bytes already, from an earlier node (there
+      is nothing to take over from a block that is first used here);
+    - out_range[0] == position: the output's life starts here, so it needs no bytes before;
+    - out_bytes <= in_bytes:    the output fits in the input's storage (equal sizes fit).
+
+    Whether the kernel itself can run in place (an elementwise one can) is the operator's
+    call: it lists the (output, input) pairs it allows (Operator.run's `inplace`). This rule
+    only says when the memory of such a pair may be shared.
+    """
+    return (
+        in_range[1] == position
+        and in_range[0] < position
+        and out_range[0] == position
+        and out_bytes <= in_bytes
+    )
+
+
 class Storage:
     """Memory for one or more blocks that never need it at the same time (in-place chains).
     `ranges` holds each block's own live range; first..last covers them all."""
@@ -67,7 +94,9 @@ class Storage:
 def storages(nodes, order, kinds, round_up, inplace=True, recycle=True):
     """The intermediate blocks' storages with their live ranges, in replay positions.
 
-    recycle=False gives every block the whole step (nothing is ever reused: the baseline).
+    recycle=False keeps every block from its first use to the end of the step (nothing is
+    ever reused: the baseline, as a device with recycling off runs it eagerly: a block takes
+    its bytes when first written and gives them back when the step ends).
     """
     first, last = {}, {}
     for position, i in enumerate(order):
@@ -91,10 +120,14 @@ def storages(nodes, order, kinds, round_up, inplace=True, recycle=True):
                     and ko not in storage_of
                     and ko not in merged
                     and ki in storage_of
-                    and last[ki] == position
-                    and first[ko] == position
                     and ki not in merged.values()
-                    and round_up(out.nbytes) <= storage_of[ki].nbytes
+                    and may_write_in_place(
+                        position,
+                        (first[ko], last[ko]),
+                        (first[ki], last[ki]),
+                        round_up(out.nbytes),
+                        storage_of[ki].nbytes,
+                    )
                 ):
                     merged[ko] = ki
         for block in node.blocks():
@@ -110,9 +143,9 @@ def storages(nodes, order, kinds, round_up, inplace=True, recycle=True):
                 storage = Storage(block, round_up(block.nbytes), first[key], last[key])
                 result.append(storage)
             storage_of[key] = storage
-    if not recycle:
+    if not recycle:  # no in-place merges: one block per storage
         for storage in result:
-            storage.first, storage.last = 0, len(order) - 1
-            storage.ranges = [(0, len(order) - 1)] * len(storage.blocks)
+            storage.last = len(order) - 1
+            storage.ranges = [(storage.first, storage.last)]
     assert len(storage_of) == sum(1 for k in blocks if kinds[k] == INTERMEDIATE)
     return result

@@ -104,7 +104,7 @@ def add_offload(nodes, kinds, policy, host_memory):
         elif node.phase in BACKWARD:
             for spec in node.reads:
                 first_use.setdefault(id(spec.block), node.index)
-    prefetch_at = _prefetch_schedule(nodes, chosen, first_use)
+    prefetch_at = prefetch_schedule(nodes, chosen, first_use)
 
     host = {
         key: host_memory.new_block(blocks[key].nbytes, f"{blocks[key].desc} (on host)")
@@ -194,13 +194,25 @@ def _transfer_node(index, direction, src, dst, block, emitted):
     )
 
 
-def _prefetch_schedule(nodes, chosen, first_use):
+def prefetch_schedule(nodes, chosen, first_use):
     """{node index: [offloaded block ids to prefetch just before that node]}: vDNN's window.
 
-    Backward is cut into layers (runs of nodes of one layer). At the start of each, the
-    offloaded tensor needed soonest after it is prefetched, if its first reader lies no
-    further than the next backward layer that runs a CONV (inclusive); any tensor not
-    prefetched by then is fetched at the start of the layer that first reads it."""
+    `nodes`: the step in recording order (each with .index, .name "layer:Op", .phase);
+    `chosen`: the offloaded blocks' ids; `first_use`: block id -> index of its first
+    backward reader. Backward is cut into layers: maximal runs of consecutive backward (or
+    recompute) nodes of one layer name (other phases are skipped, not breaks). Layer k starts
+    at its first node, and its window reaches the first layer after k that runs a CONV
+    (inclusive), or the last layer if none does. At the start of each layer k, in order:
+
+    1. on demand: every tensor first read in layer k and not yet prefetched;
+    2. ahead of time: at most one tensor, the not yet prefetched one read soonest (smallest
+       first_use; ties keep `chosen`'s order), if its first reader's layer lies in k's window.
+
+    So each tensor is prefetched exactly once, no later than the start of its first reader's
+    layer, and no CONV layer runs strictly between the layer that prefetches it and that one
+    (vDNN's findPrefetchLayer: the copy overlaps the layers up to the next CONV, whose compute
+    hides it). Keys are layer starts; lists are never empty; within a list, the on-demand
+    tensors (by first use) come before the one fetched ahead."""
     starts, layer_at, convs = [], {}, []  # start node of each backward layer; node -> layer
     for node in nodes:
         if node.phase not in BACKWARD:

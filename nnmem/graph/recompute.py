@@ -65,27 +65,37 @@ def add_recomputation(nodes, kinds, strategy, round_up):
 def _rewrite(nodes, producer, rebuildable, keep):
     """The nodes with rebuilds inserted before the backward nodes that read dropped tensors.
     A rebuilt tensor whose id is in `keep` is kept for later backward nodes; the others are
-    rebuilt again where needed. Returns (nodes, number of recomputed operations)."""
+    rebuilt again where needed. Returns (nodes, number of recomputed operations).
+
+    A node's rebuilds wait (control edges) for the node before it and for the last node that
+    read rebuilt tensors: without the second edge, BFS order would start the rebuilds of
+    several backward nodes as soon as they may, side by side, and memory-centric's tensors,
+    meant to live for one operation each, would be live together."""
     out, count = [], 0
     kept = {}  # block id -> rebuilt block, for kept tensors
     previous = None  # index of the last original node: recomputations run after it
+    consumer = None  # index of the last node that read a rebuilt tensor
     for node in nodes:
         if node.phase == "forward":
             out.append(renumbered(node, len(out)))
             previous = len(out) - 1
             continue
         local = dict(kept)
+        after = tuple(i for i in dict.fromkeys((previous, consumer)) if i is not None)
         for spec in node.reads:
             if not rebuildable(spec.block) or id(spec.block) in local:
                 continue
             for member in _chain(spec.block, producer, rebuildable, local):
-                out.append(_clone(member, len(out), local, rebuildable, previous))
+                out.append(_clone(member, len(out), local, rebuildable, after))
                 count += 1
                 for written in _recipe(member)[1]:
                     if id(written.block) in keep:
                         kept[id(written.block)] = local[id(written.block)]
-        out.append(renumbered(node, len(out), reads=through(node.reads, local, rebuildable)))
+        reads = through(node.reads, local, rebuildable)
+        out.append(renumbered(node, len(out), reads=reads))
         previous = len(out) - 1
+        if reads != node.reads:
+            consumer = previous
     return out, count
 
 
@@ -218,7 +228,7 @@ def _chain(block, producer, rebuildable, available):
 
 def _clone(node, index, shadows, rebuildable, after):
     """A copy of `node`'s recipe writing new blocks (recorded in `shadows`) and reading the
-    rebuilt versions of its rebuildable inputs; it runs after node `after`."""
+    rebuilt versions of its rebuildable inputs; it runs after the nodes in `after`."""
     fn, writes, reads = _recipe(node)
     reads = through(reads, shadows, rebuildable)
     for spec in writes:
@@ -240,5 +250,5 @@ def _clone(node, index, shadows, rebuildable, after):
         inplace,
         "recompute",
         None,
-        () if after is None else (after,),
+        after,
     )

@@ -128,6 +128,11 @@ class OutOfMemory(MemoryError):
                 "device.create_cpu_device(pool_bytes=...);"
             )
         lines.append("  - or use a smaller batch size, so that activations need fewer bytes.")
+        lines.append(
+            "To see which tensors are live at the peak, and where the plan puts them, write the "
+            "memory viewer and open it in a browser: nnmem plan --model M --batch B --input "
+            "CxHxW --timeline oom.html (or nnmem train ... --timeline step.html)."
+        )
         return "\n".join(lines)
 
     def __reduce__(self):

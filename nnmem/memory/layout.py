@@ -45,7 +45,16 @@ class Layout(NamedTuple):
 
 
 def lower_bound(sizes, ranges):
-    """max over positions p of the sum of sizes[i] with ranges[i] containing p."""
+    """The peak of live bytes over the schedule: no layout of these storages uses less.
+
+    LB = max over positions p of  sum of sizes[i] for every i with first_i <= p <= last_i
+
+    where ranges[i] = (first_i, last_i) are the first and last positions (inclusive) at which
+    storage i is live. Two storages overlap in time when one's range contains a position of
+    the other's; one that ends at p and one that starts at p + 1 never do. No storages: 0.
+    Sorting 2n events (+size at first_i, -size at last_i + 1) and sweeping them costs
+    O(n log n), whatever the positions' span.
+    """
     events = []
     for size, (first, last) in zip(sizes, ranges):
         events.append((first, size))

@@ -32,10 +32,28 @@ import weakref
 from .errors import OutOfMemory
 from .units import aligned_size
 
-__all__ = ["ALIGNMENT", "STRATEGIES", "Pool"]
+__all__ = ["ALIGNMENT", "STRATEGIES", "Pool", "first_fit"]
 
 ALIGNMENT = 256  # bytes; like cudaMalloc's guarantee. Every block offset and size is a multiple.
 STRATEGIES = ("best_fit", "first_fit")
+
+
+def first_fit(free_offsets, free_size, size):
+    """The offset of the lowest-addressed free segment of at least `size` bytes, or None.
+
+    first_fit = min {o in free_offsets : free_size[o] >= size}   (None if the set is empty)
+
+    `free_offsets` lists the free segments' offsets in ascending order, `free_size` maps each
+    to its length in bytes. A segment of exactly `size` bytes fits. The segment's length does
+    not matter beyond fitting: a larger segment at a lower address wins over a snug one higher
+    up (that is best fit's choice). Walking the segments by address and stopping at the first
+    that fits costs O(position of the answer); the pool then splits the segment, and the block
+    takes its low end.
+    """
+    for offset in free_offsets:
+        if free_size[offset] >= size:
+            return offset
+    return None
 
 
 def _locked(method):
@@ -132,10 +150,7 @@ class Pool:
             # it is the smallest segment >= size, lowest offset among equal sizes.
             i = bisect.bisect_left(self._free_by_size, (size, -1))
             return self._free_by_size[i][1] if i < len(self._free_by_size) else None
-        for offset in self._free_offsets:  # first fit: walk free segments by address
-            if self._free_size[offset] >= size:
-                return offset
-        return None
+        return first_fit(self._free_offsets, self._free_size, size)
 
     # -- allocation -----------------------------------------------------------
 

@@ -3,14 +3,25 @@ technique, as data and as a plot (SuperNeurons' Figure 10 shape).
 
 An eager timeline is measured: the device samples the pool after every kernel call. A graph
 timeline is computed from its static plan: persistent bytes plus the storages live at that
-position of the replay order.
+position of the replay order; its `tensors` can then say which tensors those are
+(CompiledStep.live_tensors(): what the memory viewer, viewer.py, shows on a click).
+
+The peak of a timeline is the pool's: the highest sample of a measured one. A planned step
+holds its whole arena all step long, gaps between storages included, so its peak is
+persistent + arena bytes (`pool_peak`), which can be more than the curve's top (persistent
++ the lower bound): the figure a table of plans prints as "peak".
 """
 
 
 class Timeline:
-    def __init__(self, label, names, bytes_in_use, live_tensors):
+    def __init__(self, label, names, bytes_in_use, live_tensors, pool_peak=None):
         self.label, self.names = label, list(names)
         self.bytes, self.live = list(bytes_in_use), list(live_tensors)
+        # a planned timeline's pool peak (persistent + arena bytes); None for a measured one
+        self.pool_peak = pool_peak
+        # a planned timeline's tensors (CompiledStep.live_tensors()), for the viewer; None
+        # for a measured one (the pool's samples say how much, not which tensors)
+        self.tensors = None
 
     @classmethod
     def from_samples(cls, label, samples):
@@ -20,10 +31,13 @@ class Timeline:
 
     @property
     def peak(self):
-        return max(self.bytes, default=0)
+        """The pool's peak over the step (see the module's docstring)."""
+        top = max(self.bytes, default=0)
+        return top if self.pool_peak is None else max(top, self.pool_peak)
 
     def peak_step(self):
-        """(position, operation name) where the peak happens."""
+        """(position, operation name) where the curve is highest (for a planned step: where
+        the live bytes reach the lower bound)."""
         position = max(range(len(self.bytes)), key=self.bytes.__getitem__)
         return position, self.names[position]
 
@@ -31,15 +45,15 @@ class Timeline:
         return {"label": self.label, "names": self.names, "bytes": self.bytes, "live": self.live}
 
 
-def _pyplot():
+def _figure(figsize):
+    """A matplotlib Figure made without pyplot: no backend is chosen and no global state is
+    touched, so plotting from nnmem never changes the user's matplotlib settings (a notebook
+    with `%matplotlib inline` displays the returned figure)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError as e:
         raise ImportError("plotting needs matplotlib: pip install 'nnmem[plot]'") from e
-    return plt
+    return Figure(figsize=figsize)
 
 
 def draw_lanes(ax, lanes, title):
@@ -58,18 +72,28 @@ def draw_lanes(ax, lanes, title):
 
 
 def plot_timelines(
-    timelines, path, lower_bound=None, title="memory during one iteration", lanes=None
+    timelines,
+    path=None,
+    lower_bound=None,
+    title="memory during one iteration",
+    lanes=None,
+    log_scale=False,
 ):
-    """Write a PNG: bytes in use per step (top) and live tensors per step (bottom); with
-    `lanes` ({label: TransferEngine.lanes()}), a panel of compute and copy lanes for each."""
-    plt = _pyplot()
+    """A figure of bytes in use per step (top) and live tensors per step (bottom); with
+    `lanes` ({label: TransferEngine.lanes()}), a panel of compute and copy lanes for each.
+    Written to `path` as PNG when given; returned either way. log_scale: the bytes on a log
+    axis, so that a baseline many times the others does not squash their curves."""
     lanes = lanes or {}
-    fig, axes = plt.subplots(2 + len(lanes), 1, figsize=(9, 6 + 2 * len(lanes)), sharex=False)
+    fig = _figure((9, 6 + 2 * len(lanes)))
+    axes = fig.subplots(2 + len(lanes), 1, sharex=False)
     top, bottom = axes[0], axes[1]
     for ax, (label, step_lanes) in zip(axes[2:], lanes.items()):
         draw_lanes(ax, step_lanes, label)
     for t in timelines:
-        top.plot([b / 2**20 for b in t.bytes], label=f"{t.label} (peak {t.peak / 2**20:.1f} MiB)")
+        label = f"{t.label} (peak {t.peak / 2**20:.1f} MiB"
+        if t.peak > max(t.bytes, default=0):  # a planned arena with gaps: say what is live
+            label += f" with the arena's gaps, {max(t.bytes) / 2**20:.1f} MiB live"
+        top.plot([b / 2**20 for b in t.bytes], label=label + ")")
         bottom.plot(t.live, label=t.label)
     if lower_bound is not None:
         top.axhline(
@@ -78,12 +102,15 @@ def plot_timelines(
             linestyle="--",
             label=f"lower bound {lower_bound / 2**20:.1f} MiB",
         )
-    top.set_ylabel("MiB in use")
+    if log_scale:
+        top.set_yscale("log")
+    top.set_ylabel("MiB in use" + (" (log scale)" if log_scale else ""))
     top.set_title(title)
     top.legend(fontsize="small")
     bottom.set_ylabel("live tensors")
     bottom.set_xlabel("step of the iteration (kernel calls, forward then backward)")
     bottom.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
