@@ -22,6 +22,7 @@ import threading
 from nnmem.devices.base import Device
 from nnmem.devices.cpu import CpuDevice
 from nnmem.devices.planning import PlanningDevice
+from nnmem.memory.units import parse_bytes
 
 __all__ = [
     "Device",
@@ -49,10 +50,13 @@ class DeviceUnavailable(RuntimeError):
     """The requested kind of device cannot be created on this machine."""
 
 
+def default_pool_bytes():
+    """The pool size of a CPU device made without one: NNMEM_POOL_BYTES, else 2 GiB."""
+    return parse_bytes(os.environ.get("NNMEM_POOL_BYTES", DEFAULT_POOL_BYTES))
+
+
 def _pool_bytes(pool_bytes):
-    if pool_bytes is None:
-        return os.environ.get("NNMEM_POOL_BYTES", DEFAULT_POOL_BYTES)
-    return pool_bytes
+    return default_pool_bytes() if pool_bytes is None else pool_bytes
 
 
 def create_cpu_device(pool_bytes=None, strategy=None, link_gbps=None):

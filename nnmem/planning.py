@@ -181,7 +181,8 @@ def _inputs(model, input_shape, dev, optimizer, dtype):
 def _summarise(name, step, tensors=False):
     timeline = step.timeline
     position, operation = timeline.peak_step()
-    timeline.label = name
+    # as nnmem plan's table names it: with the offload policy
+    timeline.label = name if step.offload == "none" else f"{name} ({step.offload})"
     if tensors:
         timeline.tensors = step.live_tensors()
     return TechniquePlan(

@@ -18,7 +18,7 @@ import pytest
 
 from nnmem import device, opt, tensor
 from nnmem.cli import main
-from nnmem.memory import OutOfMemory, Pool
+from nnmem.memory import OutOfMemory, Pool, format_bytes
 from nnmem.memory.timeline import Timeline
 from nnmem.memory.viewer import read_viewer_data, write_viewer
 from nnmem.models import create_model
@@ -50,13 +50,14 @@ class Planned(NamedTuple):
 
 @pytest.fixture(scope="module")
 def planned():
-    """{label: Planned} for SINGA's CNN at batch 4, planned on a planning device (no kernel
-    runs) with each of VARIANTS."""
+    """{label: Planned} for SINGA's CNN at batch 16, planned on a planning device (no kernel
+    runs) with each of VARIANTS. At batch 16 the liveness arena has gaps: its pool's peak is
+    above its curve's top."""
     dev = device.create_planning_device()
     model = create_model("cnn")
     model.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
-    tx = tensor.PlaceHolder((4, 1, 28, 28), dev)
-    ty = tensor.PlaceHolder((4,), dev, tensor.int32)
+    tx = tensor.PlaceHolder((16, 1, 28, 28), dev)
+    ty = tensor.PlaceHolder((16,), dev, tensor.int32)
     model.compile([tx], is_train=True, use_graph=True, sequential=False)
     tx.set_value(0)
     ty.set_value(0)
@@ -94,7 +95,7 @@ def page(planned, tmp_path_factory):
         ]
     }
     timelines = [p.timeline for p in planned.values()]
-    write_viewer(path, timelines, "cnn, batch 4 <planned>", lanes=lanes, selected="liveness")
+    write_viewer(path, timelines, "cnn, batch 16 <planned>", lanes=lanes, selected="liveness")
     return path
 
 
@@ -174,9 +175,12 @@ def test_the_flags_say_what_each_technique_did(planned):
 @pytest.fixture(scope="module")
 def trained_page(tmp_path_factory):
     """nnmem train --timeline X.html with offloading: measured curves, the graph's plan and its
-    recompiled variants, lanes. (Module scope: it measures five real steps.)"""
+    recompiled variants, lanes. (Module scope: it measures five real steps.) --pool 8MiB fits
+    training (6.4 MiB) but not the step measured with no recycling (10.9 MiB): the measurement
+    takes a pool of its own."""
     path = tmp_path_factory.mktemp("train") / "step.html"
     argv = ["train", "--model", "cnn", "--batch", "8", "--epochs", "1", "--max-batches", "1"]
+    argv += ["--pool", "8MiB"]
     assert main(argv + ["--offload", "all", "--link-gbps", "4", "--timeline", str(path)]) == 0
     return path
 
@@ -205,9 +209,30 @@ def test_train_writes_the_viewer(trained_page, capsys):
     assert not (trained_page.parent / "step.json").exists()  # the data is in the page
 
 
+def bound(technique):
+    """A planned technique's lower bound, as nnmem plan prints it: persistent bytes + the
+    arena's lower bound."""
+    return technique["tensors"]["persistent_bytes"] + technique["tensors"]["lower_bound_bytes"]
+
+
 def test_plan_writes_the_viewer_of_every_technique(tmp_path, capsys):
     path = tmp_path / "plan.html"
-    assert main(["plan", "--model", "mlp", "--batch", "4", "--timeline", str(path)]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "cnn",
+                "--batch",
+                "16",
+                "--input",
+                "1x28x28",
+                "--timeline",
+                str(path),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert f"memory viewer written to {path}: open it in a browser" in out
     data = read_viewer_data(path)
@@ -215,13 +240,17 @@ def test_plan_writes_the_viewer_of_every_technique(tmp_path, capsys):
         "baseline",
         "liveness",
         "liveness + recompute",
-        "liveness + offload",
-        "all three",
+        "liveness + offload (all)",
+        "all three (all)",
     ]
     assert all(t["tensors"] for t in data["techniques"]) and data["selected"] == "liveness"
-    # the same step as the printed table: its peaks
-    peaks = re.findall(r"^  (\S.*?)\s{2,}(\d+\.\d \S+)\s", out, re.M)
-    assert len(peaks) == 5
+    # the same step as the printed table: its techniques' peaks (the pool's: persistent bytes
+    # and the whole arena, its gaps included) and lower bounds
+    rows = re.findall(r"^  (\S.*?)\s{2,}(\d+\.\d \S+)\s+(\d+\.\d \S+)\s", out, re.M)
+    assert [
+        (t["label"], format_bytes(t["pool_peak"]), format_bytes(bound(t)))
+        for t in data["techniques"]
+    ] == rows
 
 
 def test_plan_after_a_search_writes_the_viewer_of_what_it_found(tmp_path, capsys):
@@ -367,6 +396,10 @@ def test_in_a_browser_a_click_at_the_peak_lists_the_tensors_live_there(browser, 
     assert detail.get_attribute("data-position") == str(offload_peak - 1)
     view.locator('#techniques tr[data-technique="0"]').click()
     click_operation(view, peak, positions)
+    # the techniques' table says each pool's peak, as memory_stats() would measure it (the
+    # whole arena, gaps included), not the top of its curve
+    cells = view.locator("#techniques tbody tr td:nth-child(4)").all_text_contents()
+    assert cells == [format_bytes(p.timeline.peak) for p in planned.values()]
     assert not problems, problems
     screenshot(view, "memory-viewer-plan.png")
 
@@ -399,3 +432,21 @@ def test_a_measured_timeline_alone_still_draws(browser, tmp_path):
     assert "no planned technique" in page.locator("#detail").text_content().lower()
     assert page.locator("path.curve").count() == 1 and not problems, problems
     assert read_viewer_data(path)["selected"] is None
+
+
+def test_in_a_browser_a_curve_far_above_the_selected_one_starts_unticked(
+    browser, planned, tmp_path
+):
+    """A baseline many times the selected technique's peak would squash its curve flat: it
+    starts unticked (not drawn), and ticking it draws it."""
+    liveness = planned["liveness"].timeline
+    huge = Timeline("no recycling", liveness.names, [5 * b for b in liveness.bytes], liveness.live)
+    path = tmp_path / "squash.html"
+    write_viewer(path, [huge, liveness], "squash", selected="liveness")
+    view, problems = open_page(browser, path)
+    boxes = view.locator("#techniques tbody input[type=checkbox]")
+    assert [boxes.nth(i).is_checked() for i in range(2)] == [False, True]
+    assert view.locator("path.curve").count() == 1
+    boxes.nth(0).check()
+    assert view.locator("path.curve").count() == 2
+    assert not problems, problems

@@ -11,8 +11,8 @@ results; the test suite (tests/test_tutorials.py) executes each notebook again a
 claims its text makes, in the fresh run and in the stored outputs.
 """
 
+import argparse
 import pathlib
-import sys
 
 #: Seconds one cell may run before the run is stopped (the slowest cell, a recomputation
 #: search in tutorial 03, takes about a minute on a busy 2-core machine).
@@ -67,9 +67,23 @@ def run_notebook(path, save=False):
     return [printed(cell) for cell in notebook.cells if cell.cell_type == "code"]
 
 
-if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
-        raise SystemExit(f"usage: python {sys.argv[0]} NOTEBOOK.ipynb [--save]")
-    for index, text in enumerate(run_notebook(sys.argv[1], save="--save" in sys.argv[2:])):
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python tutorials/runner.py",
+        description="Run a tutorial notebook in a Jupyter kernel and print each code cell's "
+        "printed output.",
+    )
+    parser.add_argument("notebook", type=pathlib.Path, help="the .ipynb file to run")
+    parser.add_argument(
+        "--save", action="store_true", help="store the outputs (figures too) in the notebook"
+    )
+    args = parser.parse_args(argv)
+    if args.notebook.suffix != ".ipynb" or not args.notebook.is_file():
+        parser.error(f"{str(args.notebook)!r} is not a notebook file (.ipynb)")
+    for index, text in enumerate(run_notebook(args.notebook, save=args.save)):
         print(f"--- code cell {index + 1}")
         print(text, end="" if text.endswith("\n") or not text else "\n")
+
+
+if __name__ == "__main__":
+    main()

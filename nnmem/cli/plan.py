@@ -156,7 +156,10 @@ def run(args):
     elif args.find_batch:
         args.batch_size = find_batch(args, planned)
     if args.depth is None or args.batch_size is None:
-        return 0  # the search found nothing that fits: there is no plan to print
+        # the search found nothing that fits: there is no plan to print or to view
+        if args.timeline:
+            print(f"  no memory viewer written to {args.timeline}: no step fits the budget")
+        return 0
     step = planned(args.batch_size, args.depth)
     if isinstance(step, StepTooLarge):
         raise step

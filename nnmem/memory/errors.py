@@ -131,7 +131,8 @@ class OutOfMemory(MemoryError):
         lines.append(
             "To see which tensors are live at the peak, and where the plan puts them, write the "
             "memory viewer and open it in a browser: nnmem plan --model M --batch B --input "
-            "CxHxW --timeline oom.html (or nnmem train ... --timeline step.html)."
+            "CxHxW --timeline oom.html (or, for a model of your own, nnmem.memory.viewer."
+            "write_viewer with nnmem.planning.plan(model, input_shape, tensors=True))."
         )
         return "\n".join(lines)
 

@@ -34,11 +34,20 @@ def _page():
 
 def viewer_data(timelines, title, lanes=None, selected=None):
     """The dict the page draws: the title, each Timeline as {label, names, bytes, live,
-    tensors} (tensors: None for a measured timeline), `lanes` as {label: [[lane, name, start,
+    pool_peak, tensors} (pool_peak: the pool's peak of a planned step, persistent bytes + its
+    arena, gaps included, which the curve's top may not reach; tensors and pool_peak: None for
+    a measured timeline), `lanes` as {label: [[lane, name, start,
     end], ...]} (seconds from the step's start), and the label of the technique whose tensors
     the page shows first (`selected`, default: the first with tensors)."""
     techniques = [
-        {"label": t.label, "names": t.names, "bytes": t.bytes, "live": t.live, "tensors": t.tensors}
+        {
+            "label": t.label,
+            "names": t.names,
+            "bytes": t.bytes,
+            "live": t.live,
+            "pool_peak": t.pool_peak,
+            "tensors": t.tensors,
+        }
         for t in timelines
     ]
     labels = [t["label"] for t in techniques if t["tensors"] is not None]

@@ -99,7 +99,9 @@ def test_the_sigmoid_operator_on_the_cuda_device():
 )
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_the_kernel_compiles_to_ptx_for_sm_80(dtype):
-    """The simulator runs the kernel as Python and checks no types: PTX is what a GPU runs."""
+    """The simulator runs the kernel as Python and checks no types: PTX is what a GPU runs.
+    A kernel that compiles is not enough (an empty one does): it must load x and store y in
+    global memory, in the array's own precision, and (float32) call the GPU's exponential."""
     pytest.importorskip("numba_cuda", reason="compiling to PTX needs numba-cuda[cu13]")
     from numba import cuda
 
@@ -112,3 +114,7 @@ def test_the_kernel_compiles_to_ptx_for_sm_80(dtype):
         pytest.skip(f"numba.cuda cannot compile PTX here ({type(e).__name__})")
     ptx, _ = cuda.compile_ptx(elementwise._sigmoid_forward_kernel.py_func, signature, cc=(8, 0))
     assert ".target sm_80" in ptx and ".entry" in ptx
+    bits = "f32" if dtype == "float32" else "f64"
+    assert f"ld.global.{bits}" in ptx and f"st.global.{bits}" in ptx, "no load of x / store of y"
+    if dtype == "float32":  # libdevice's expf: the hardware's base-2 exponential
+        assert "ex2.approx" in ptx, "no exp"
