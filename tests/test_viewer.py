@@ -248,7 +248,7 @@ def test_plan_writes_the_viewer_of_every_technique(tmp_path, capsys):
     # and the whole arena, its gaps included) and lower bounds
     rows = re.findall(r"^  (\S.*?)\s{2,}(\d+\.\d \S+)\s+(\d+\.\d \S+)\s", out, re.M)
     assert [
-        (t["label"], format_bytes(t["pool_peak"]), format_bytes(bound(t)))
+        (t["label"], format_bytes(t["peak_bytes"]), format_bytes(bound(t)))
         for t in data["techniques"]
     ] == rows
 

@@ -34,18 +34,18 @@ def _page():
 
 def viewer_data(timelines, title, lanes=None, selected=None):
     """The dict the page draws: the title, each Timeline as {label, names, bytes, live,
-    pool_peak, tensors} (pool_peak: the pool's peak of a planned step, persistent bytes + its
-    arena, gaps included, which the curve's top may not reach; tensors and pool_peak: None for
-    a measured timeline), `lanes` as {label: [[lane, name, start,
-    end], ...]} (seconds from the step's start), and the label of the technique whose tensors
-    the page shows first (`selected`, default: the first with tensors)."""
+    peak_bytes, tensors} (peak_bytes: Timeline.peak, the pool's peak, which for a planned step
+    counts the arena's gaps and so may exceed the curve's top; tensors: None for a measured
+    timeline), `lanes` as {label: [[lane, name, start, end], ...]} (seconds from the step's
+    start), and the label of the technique whose tensors the page shows first (`selected`,
+    default: the first with tensors)."""
     techniques = [
         {
             "label": t.label,
             "names": t.names,
             "bytes": t.bytes,
             "live": t.live,
-            "pool_peak": t.pool_peak,
+            "peak_bytes": t.peak,
             "tensors": t.tensors,
         }
         for t in timelines
