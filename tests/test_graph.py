@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from training import assert_identical, batches, train
+from training import assert_identical, batches, planned_step, train
 
 from nnmem import autograd, device, layer, model, opt, tensor
 from nnmem.graph.liveness import END, INPUT, INTERMEDIATE, PARAMETER
@@ -336,16 +336,7 @@ def test_compiled_steps_of_a_device_share_one_arena():
 def test_the_resnet20_plan_is_at_its_lower_bound():
     """bench/graph.py shows arena == LB on ResNet-20, batch 32: a planner that wastes a gap
     (say `gap > size` for `gap >= size`) grows the arena by a few percent."""
-    dev = device.create_planning_device()
-    m = create_model("resnet", depth=20)
-    m.set_optimizer(opt.SGD(lr=0.1, momentum=0.9))
-    tx = tensor.PlaceHolder((32, 3, 32, 32), dev)
-    ty = tensor.PlaceHolder((32,), dev, tensor.int32)
-    m.compile([tx], is_train=True, use_graph=True)  # BFS order
-    tx.set_value(0)
-    ty.set_value(0)
-    m(tx, ty)
-    summary = m.compiled_step(tx, ty).memory_summary()
+    summary = planned_step("resnet", (32, 3, 32, 32), {"depth": 20}).memory_summary()  # BFS
     assert summary["arena_bytes"] == summary["lower_bound_bytes"] > 20 * 2**20
 
 

@@ -7,11 +7,10 @@ import shutil
 import subprocess
 
 import pytest
+from training import planned_step
 
-from nnmem import device, opt, tensor
 from nnmem.graph import draw
 from nnmem.graph.schedule import dependencies
-from nnmem.models import create_model
 
 NODE = re.compile(r"^  (n\d+) \[(.*)\];$")
 EDGE = re.compile(r"^  (n\d+) -> (n\d+)( \[.*\])?;$")
@@ -19,15 +18,7 @@ EDGE = re.compile(r"^  (n\d+) -> (n\d+)( \[.*\])?;$")
 
 def compiled(recompute="none", name="mlp", shape=(4, 1, 8, 8), **kwargs):
     """A tiny model's step, recorded and planned on a planning device (nothing runs)."""
-    dev = device.create_planning_device()
-    m = create_model(name, **kwargs)
-    m.set_optimizer(opt.SGD(lr=0.1, momentum=0.9))
-    tx, ty = tensor.PlaceHolder(shape, dev), tensor.PlaceHolder((shape[0],), dev, tensor.int32)
-    m.compile([tx], use_graph=True, recompute=recompute)
-    tx.set_value(0)
-    ty.set_value(0)
-    m(tx, ty)
-    return m.compiled_step(tx, ty)
+    return planned_step(name, shape, kwargs, recompute=recompute)
 
 
 def parse(dot):

@@ -6,9 +6,9 @@ import time
 
 import numpy as np
 import pytest
-from training import assert_identical, batches, train
+from training import assert_identical, batches, planned_step, train
 
-from nnmem import device, opt, tensor
+from nnmem import device, tensor
 from nnmem.devices import streams
 from nnmem.graph.offload import MARKER, offload_candidates
 from nnmem.memory import OutOfMemory
@@ -75,16 +75,9 @@ def test_gradient_sums_are_recorded_as_backward():
 
 
 def planned(policy, recompute="none", depth=20):
-    dev = device.create_planning_device()
-    m = create_model("resnet", depth=depth)
-    m.set_optimizer(opt.SGD(lr=0.1, momentum=0.9))
-    tx = tensor.PlaceHolder((16, 3, 32, 32), dev)
-    ty = tensor.PlaceHolder((16,), dev, tensor.int32)
-    m.compile([tx], is_train=True, use_graph=True, offload=policy, recompute=recompute)
-    tx.set_value(0)
-    ty.set_value(0)
-    m(tx, ty)
-    return m.compiled_step(tx, ty)
+    return planned_step(
+        "resnet", (16, 3, 32, 32), {"depth": depth}, offload=policy, recompute=recompute
+    )
 
 
 def test_the_plan_sees_both_ranges_and_the_peak_drops():

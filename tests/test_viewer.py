@@ -15,13 +15,12 @@ import shlex
 from typing import NamedTuple
 
 import pytest
+from training import planned_step
 
-from nnmem import device, opt, tensor
 from nnmem.cli import main
 from nnmem.memory import OutOfMemory, Pool, format_bytes
 from nnmem.memory.timeline import Timeline
 from nnmem.memory.viewer import read_viewer_data, write_viewer
-from nnmem.models import create_model
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
@@ -53,16 +52,7 @@ def planned():
     """{label: Planned} for SINGA's CNN at batch 16, planned on a planning device (no kernel
     runs) with each of VARIANTS. At batch 16 the liveness arena has gaps: its pool's peak is
     above its curve's top."""
-    dev = device.create_planning_device()
-    model = create_model("cnn")
-    model.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
-    tx = tensor.PlaceHolder((16, 1, 28, 28), dev)
-    ty = tensor.PlaceHolder((16,), dev, tensor.int32)
-    model.compile([tx], is_train=True, use_graph=True, sequential=False)
-    tx.set_value(0)
-    ty.set_value(0)
-    model(tx, ty)
-    step = model.compiled_step(tx, ty)
+    step = planned_step("cnn", (16, 1, 28, 28), sequential=False)
     found = {}
     for label, strategy, offload in VARIANTS:
         step.compile(False, strategy, offload)

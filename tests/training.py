@@ -3,6 +3,7 @@
 import numpy as np
 
 from nnmem import autograd, device, layer, model, opt, tensor
+from nnmem.models import create_model
 
 
 def batches(shape, n, seed=0, classes=10):
@@ -95,3 +96,21 @@ def train_on_gradients(dev, optimizer, w0, grads, use_graph):
         tx.copy_from_numpy(g)
         m(tx)
     return tensor.to_numpy(m.scaled.W), m
+
+
+def planned_step(name, shape, model_options=None, recycle=True, **compile_options):
+    """The training step of zoo model `name` (`model_options` to create_model) on batches of
+    `shape`, recorded and planned in graph mode on a planning device: offsets, no bytes, no
+    kernel run. `recycle=False` plans the baseline; `compile_options` go to Model.compile
+    (recompute, offload, sequential). Returns the CompiledStep."""
+    dev = device.create_planning_device()
+    dev.recycle = recycle
+    m = create_model(name, **(model_options or {}))
+    m.set_optimizer(opt.SGD(lr=0.1, momentum=0.9))
+    tx = tensor.PlaceHolder(shape, dev)
+    ty = tensor.PlaceHolder((shape[0],), dev, tensor.int32)
+    m.compile([tx], is_train=True, use_graph=True, **compile_options)
+    tx.set_value(0)  # written, so that reading them is allowed (a planning device allocates only)
+    ty.set_value(0)
+    m(tx, ty)
+    return m.compiled_step(tx, ty)

@@ -10,10 +10,9 @@ import random
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from training import planned_step
 
-from nnmem import device, opt, tensor
 from nnmem.memory.layout import check_layout, layout, lower_bound
-from nnmem.models import create_model
 
 pytestmark = pytest.mark.exercise_lower_bound
 
@@ -122,17 +121,7 @@ def test_no_layout_beats_it(case):
 
 def planned_cnn(recycle=True):
     """A compiled training step of SINGA's CNN on a planning device (offsets, no bytes)."""
-    dev = device.create_planning_device()
-    dev.recycle = recycle
-    m = create_model("cnn")
-    m.set_optimizer(opt.SGD(lr=0.1, momentum=0.9))
-    tx = tensor.PlaceHolder((8, 1, 28, 28), dev)
-    ty = tensor.PlaceHolder((8,), dev, tensor.int32)
-    m.compile([tx], is_train=True, use_graph=True)
-    tx.set_value(0)
-    ty.set_value(0)
-    m(tx, ty)
-    return m.compiled_step(tx, ty)
+    return planned_step("cnn", (8, 1, 28, 28), recycle=recycle)
 
 
 def test_a_compiled_step_reports_the_peak_of_its_live_storages():

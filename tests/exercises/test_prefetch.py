@@ -11,10 +11,9 @@ from typing import NamedTuple
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from training import planned_step
 
-from nnmem import device, opt, tensor
 from nnmem.graph.offload import prefetch_schedule
-from nnmem.models import create_model
 
 pytestmark = pytest.mark.exercise_prefetch
 
@@ -199,16 +198,7 @@ def test_each_tensor_once_at_a_layer_start_before_its_reader(case):
 
 
 def planned_resnet(offload):
-    dev = device.create_planning_device()
-    m = create_model("resnet", depth=8)
-    m.set_optimizer(opt.SGD(lr=0.1, momentum=0.9))
-    tx = tensor.PlaceHolder((4, 3, 16, 16), dev)
-    ty = tensor.PlaceHolder((4,), dev, tensor.int32)
-    m.compile([tx], is_train=True, use_graph=True, offload=offload)
-    tx.set_value(0)
-    ty.set_value(0)
-    m(tx, ty)
-    return m.compiled_step(tx, ty)
+    return planned_step("resnet", (4, 3, 16, 16), {"depth": 8}, offload=offload)
 
 
 def test_the_prefetches_of_an_offloaded_resnet():
