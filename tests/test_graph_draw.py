@@ -45,8 +45,21 @@ def test_dot_has_one_node_per_operation_and_every_dependency(recompute):
         (f"n{j}", f"n{i}") for i, before in enumerate(dependencies(step.nodes)) for j in before
     }
     assert {(a, b) for a, b, _ in edges} == expected and len(edges) == len(expected)
-    # data edges (read after write) solid, the others dashed
+    # data edges (read after write: i reads a block whose last writer before i is j) solid,
+    # the others dashed
+    writers = {}  # block id -> the nodes that write it, in recording order
+    for node in step.nodes:
+        for spec in node.writes:
+            writers.setdefault(id(spec.block), []).append(node.index)
+
+    def reads_what_it_wrote(j, i):
+        return any(
+            max((w for w in writers.get(id(spec.block), ()) if w < i), default=None) == j
+            for spec in step.nodes[i].reads
+        )
+
     for j, i, data in draw.edges(step.nodes):
+        assert data == reads_what_it_wrote(j, i), (j, i)
         (attributes,) = [s for a, b, s in edges if (a, b) == (f"n{j}", f"n{i}")]
         assert ("dashed" in attributes) != data
     phases = {node.phase for node in step.nodes}

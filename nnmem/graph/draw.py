@@ -63,18 +63,12 @@ def _shape(node):
     return SHAPES["copy" if node.stream == "copy" else node.phase]
 
 
-def edges(nodes, predecessors=None):
-    """[(j, i, data)] for every dependency of node i on node j; `data` is True for a read
-    after write (i reads a block j wrote last), False for an order-only edge."""
-    predecessors = dependencies(nodes) if predecessors is None else predecessors
-    last_writer, data = {}, set()
-    for node in nodes:
-        for spec in node.reads:
-            writer = last_writer.get(id(spec.block))
-            if writer is not None and writer != node.index:
-                data.add((writer, node.index))
-        for spec in node.writes:
-            last_writer[id(spec.block)] = node.index
+def edges(nodes):
+    """[(j, i, data)] for every dependency of node i on node j (schedule.dependencies);
+    `data` is True for a read after write (i reads a block j wrote last), False for an
+    order-only edge."""
+    data = set()
+    predecessors = dependencies(nodes, data)
     return [(j, i, (j, i) in data) for i, before in enumerate(predecessors) for j in sorted(before)]
 
 
@@ -179,7 +173,10 @@ def draw(step, ax=None, labels=True, title=None):
     from matplotlib.collections import LineCollection
 
     nodes = step.nodes
-    predecessors = dependencies(nodes)
+    dependency_edges = edges(nodes)
+    predecessors = [set() for _ in nodes]
+    for j, i, _ in dependency_edges:
+        predecessors[i].add(j)
     place = positions(nodes, predecessors)
     rows = [y for _, y in place.values()]
     width = max((rows.count(y) for y in set(rows)), default=1)
@@ -189,7 +186,7 @@ def draw(step, ax=None, labels=True, title=None):
         ax = fig.subplots()
         fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=0.96)
     for data, style in EDGE_STYLES.items():
-        segments = [(place[j], place[i]) for j, i, d in edges(nodes, predecessors) if d == data]
+        segments = [(place[j], place[i]) for j, i, d in dependency_edges if d == data]
         ax.add_collection(LineCollection(segments, linewidths=0.8, zorder=1, **style))
     live = liveness(step)
     _draw_nodes(ax, step, place, live)

@@ -18,8 +18,10 @@ last, so that a step that fails while computing has changed no parameter.
 from collections import deque
 
 
-def dependencies(nodes):
-    """predecessors[i]: the set of node indices that node i must wait for."""
+def dependencies(nodes, data=None):
+    """predecessors[i]: the set of node indices that node i must wait for. Given a set
+    `data`, the read-after-write edges are also added to it as (writer, reader) pairs: the
+    edges that carry data, where the others only keep an order."""
     last_writer, readers = {}, {}
     predecessors = []
     for node in nodes:
@@ -28,6 +30,8 @@ def dependencies(nodes):
             key = id(spec.block)
             if key in last_writer:
                 before.add(last_writer[key])  # RAW
+                if data is not None and last_writer[key] != node.index:
+                    data.add((last_writer[key], node.index))
         for spec in node.writes:
             key = id(spec.block)
             before.update(r for r in readers.get(key, ()) if r != node.index)  # WAR
