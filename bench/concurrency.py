@@ -1,7 +1,7 @@
 """Concurrency control on the zoo: uniform threads against Strategies 1-2, 1-3 and 1-4.
 
     python bench/concurrency.py [--models resnet50 inception densenet] [--windows 3]
-                                [--steps 3] [--interval 4] [--json out.json]
+                                [--steps 3] [--batch N] [--interval 4] [--json out.json]
 
 For each model (ResNet-50 on a small input, Inception, DenseNet), one training step compiled
 four times on the CPU device, from the same seed and data:
@@ -42,9 +42,12 @@ MODELS = {
 MODES = ("off", "1-2", "1-3", "1-4")
 
 
-def build(name, mode, seed=0):
-    """(model, tx, ty) compiled for `mode`, with a fixed batch in the placeholders."""
+def build(name, mode, seed=0, batch=None):
+    """(model, tx, ty) compiled for `mode`, with a fixed batch in the placeholders (of the
+    model's own size, or `batch` images)."""
     zoo_name, shape, kwargs = MODELS[name]
+    if batch is not None:
+        shape = (batch,) + shape[1:]
     dev = device.create_cpu_device("4GiB")
     dev.SetRandSeed(seed)
     model = create_model(zoo_name, num_classes=10, **kwargs)
@@ -62,9 +65,9 @@ def loss_of(result):
     return float(tensor.to_numpy(result[1])[0])
 
 
-def run_mode(name, mode):
-    """Train through the profiling steps and two more; (runner, losses, states, profile)."""
-    model, tx, ty = build(name, mode)
+def run_mode(name, mode, batch=None):
+    """Train through the profiling steps; (model, tx, ty, losses, profile)."""
+    model, tx, ty = build(name, mode, batch=batch)
     losses = [loss_of(model(tx, ty))]
     step = model.compiled_step(tx, ty)
     while step.concurrency is not None and step.concurrency.profiling:
@@ -123,20 +126,23 @@ def main():
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3, help="steps per timed window")
+    parser.add_argument(
+        "--batch", type=int, help="images per batch for every model (default: 4 for ResNet-50, 8)"
+    )
     parser.add_argument("--interval", type=int, default=4, help="hill climbing's interval")
     parser.add_argument("--settle", type=float, default=0.5, help="pause between windows (s)")
     parser.add_argument("--json", help="also write the JSON to this file")
     args = parser.parse_args()
-    for flag in ("windows", "steps", "interval"):
-        if getattr(args, flag) < 1:
+    for flag in ("windows", "steps", "interval", "batch"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag} must be at least 1")
     cores = numba.config.NUMBA_NUM_THREADS
-    results = {"cores": cores, "models": {}}
+    results = {"cores": cores, "batch": args.batch, "models": {}}
     layer = device.get_default_device().threading_layer()
     print(f"{cores} cores; Numba threading layer: {layer}")
     all_identical = True
     for name in args.models:
-        runs = {mode: run_mode(name, mode) for mode in MODES}
+        runs = {mode: run_mode(name, mode, args.batch) for mode in MODES}
         best = {mode: float("inf") for mode in MODES}
         for _ in range(args.windows):  # alternating windows: every mode sees the same machine
             for mode, (model, tx, ty, losses, _) in runs.items():
@@ -153,7 +159,11 @@ def main():
             states = {k: tensor.to_numpy(v) for k, v in model.get_states().items()}
             outcome[mode] = (losses, states)
         figures = {}
-        print(f"\n{name}: seconds per step (best of {args.windows} windows of {args.steps})")
+        batch = runs["off"][1].shape[0]
+        print(
+            f"\n{name}, batch {batch}: seconds per step "
+            f"(best of {args.windows} windows of {args.steps})"
+        )
         print(f"  {'mode':5} {'s/step':>8} {'speed-up':>8} {'profiling':>16} {'identical':>9}")
         for mode in MODES:
             profile = runs[mode][4]

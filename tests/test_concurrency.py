@@ -22,21 +22,49 @@ needs_two_threads = pytest.mark.skipif(
 
 
 # -- hill climbing --------------------------------------------------------------------------
-def climb_on(curve, cores, interval, repeats=1):
+def climb_on(curve, cores, interval, repeats=1, patience=2):
     """Run one key's climb against `curve` (threads -> seconds); the climb and its steps."""
-    climbing = HillClimbing(["op"], cores, interval, repeats)
+    climbing = HillClimbing(["op"], cores, interval, repeats, patience)
     while not climbing.done:
         climbing.step_done({"op": curve(climbing.threads("op"))})
     return climbing.climbs["op"], climbing.steps
 
 
 def test_the_climb_stops_where_the_time_rises():
-    """A convex curve with its bottom at 5 threads, interval 2: 1, 3, 5, 7 tried; 7 is slower
-    than 5, so the climb stops there and 5 is the best."""
-    climb, steps = climb_on(lambda t: 1.0 / t + 0.04 * t, cores=16, interval=2)
-    assert sorted(climb.tried) == [1, 3, 5, 7]
+    """A convex curve with its bottom at 5 threads, interval 2. The paper's rule (patience 1):
+    1, 3, 5, 7 tried; 7 is slower than 5, so the climb stops. nnmem's default (patience 2)
+    also tries 9 (slower again), then all the cores (16), the uniform count; 5 stays best."""
+    curve = lambda t: 1.0 / t + 0.04 * t  # noqa: E731
+    climb, steps = climb_on(curve, cores=16, interval=2, patience=1)
+    assert sorted(climb.tried) == [1, 3, 5, 7, 16]
     assert climb.best == 5
-    assert steps == 4
+    assert steps == 5
+    climb, steps = climb_on(curve, cores=16, interval=2)
+    assert sorted(climb.tried) == [1, 3, 5, 7, 9, 16]
+    assert climb.best == 5 and steps == 6
+
+
+def test_the_climb_steps_over_one_bump():
+    """A curve shaped like those measured on a 16-core Xeon (ms): 9 threads split the work
+    unevenly and are slower than 7, yet 11 is the fastest. The paper's rule (patience 1)
+    stops at the bump and keeps 7; patience 2 goes on past it and finds 11."""
+    measured = {1: 20.0, 3: 8.0, 5: 5.0, 7: 4.0, 9: 4.4, 11: 3.0, 13: 3.2, 15: 3.4, 16: 4.2}
+    climb, _ = climb_on(lambda t: measured[t], cores=16, interval=2, patience=1)
+    assert sorted(climb.tried) == [1, 3, 5, 7, 9, 16] and climb.best == 7
+    climb, _ = climb_on(lambda t: measured[t], cores=16, interval=2, patience=2)
+    assert sorted(climb.tried) == [1, 3, 5, 7, 9, 11, 13, 15, 16] and climb.best == 11
+
+
+def test_a_climb_that_stops_early_still_tries_all_the_cores():
+    """Two bumps in a row stop the climb, at 9 here; all the cores are tried last, so the
+    choice is never slower than the uniform count (16) as profiled."""
+    measured = {1: 10.0, 3: 5.0, 5: 5.5, 7: 5.6, 16: 4.0}
+    climb, steps = climb_on(lambda t: measured[t], cores=16, interval=2)
+    assert sorted(climb.tried) == [1, 3, 5, 7, 16]
+    assert climb.best == 16 and steps == 5
+    measured[16] = 6.0  # all the cores slower: the bottom found by climbing stays
+    climb, _ = climb_on(lambda t: measured[t], cores=16, interval=2)
+    assert climb.best == 3
 
 
 def test_the_climb_stops_at_the_cores():
@@ -82,6 +110,8 @@ def test_bad_settings_are_refused():
         HillClimbing(["op"], cores=2, interval=0)
     with pytest.raises(ValueError, match="repeats=1.5"):
         HillClimbing(["op"], cores=2, repeats=1.5)
+    with pytest.raises(ValueError, match="patience=0"):
+        HillClimbing(["op"], cores=2, patience=0)
     for bad in ("on", 3, None, "1-5"):
         with pytest.raises(ValueError, match="choose one of"):
             check_mode(bad)

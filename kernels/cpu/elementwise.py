@@ -7,11 +7,12 @@ kernels are safe in place (``out`` may be the same array as an input) and give
 bit-identical results on every call. None allocates or needs a workspace.
 Scalars (alpha, ratio, value) arrive as Python floats; dropout's seed as a Python int in [0, 2**63).
 
-These kernels are memory-bound and fast (a ReLU over the 737k activations of the
-MNIST CNN's first conv takes ~0.06 ms on one core), while waking Numba's sleeping
-threads costs ~0.05 ms per parallel loop; so they are compiled serial (``njit``).
-The loops are still written with ``prange`` (which is plain ``range`` outside a
-parallel function), so switching one to ``njit(parallel=True)`` is a one-word change.
+These kernels are memory-bound. Over a small array one core is fast enough (a ReLU over 16k
+floats takes ~2 us) while waking Numba's sleeping threads costs tens of microseconds; over a
+large one (a ResNet-20 activation at batch 32: 0.5M floats) one core cannot pull the bytes
+fast enough, and on a 16-core machine the serial loop took as long as with 1 thread. So each
+is compiled twice from one source (``_jit.by_size``): serial below ``PARALLEL_FROM`` elements,
+on every thread from there. Both compute each element with the same code: the same bits.
 """
 
 import math
@@ -20,7 +21,7 @@ import numpy as np
 from numba import prange
 
 from .. import counter_rng
-from ._jit import njit
+from ._jit import by_size, njit
 
 # The counter-based generator's source, compiled for the CPU (the CUDA kernels compile the same).
 counter_uniform = njit(cache=True)(counter_rng.counter_uniform)
@@ -227,21 +228,19 @@ def _add_bias_nchw(y, b):
                 y[n, c, i, j] += bc
 
 
-_jit = njit(cache=True)  # serial on purpose: see the module docstring
-
-relu_forward = _jit(_relu_forward)
-relu_backward = _jit(_relu_backward)
-sigmoid_forward = _jit(_sigmoid_forward)
-sigmoid_backward = _jit(_sigmoid_backward)
-add = _jit(_add)
-sub = _jit(_sub)
-mul = _jit(_mul)
-axpy = _jit(_axpy)
-scale = _jit(_scale)
-fill = _jit(_fill)
-copy = _jit(_copy)
-dropout_forward = _jit(_dropout_forward)
-increment = _jit(_increment)
-dropout_backward = _jit(_dropout_backward)
-add_bias_rows = _jit(_add_bias_rows)
-add_bias_nchw = _jit(_add_bias_nchw)
+relu_forward = by_size(_relu_forward)
+relu_backward = by_size(_relu_backward)
+sigmoid_forward = by_size(_sigmoid_forward)
+sigmoid_backward = by_size(_sigmoid_backward)
+add = by_size(_add)
+sub = by_size(_sub)
+mul = by_size(_mul)
+axpy = by_size(_axpy)
+scale = by_size(_scale)
+fill = by_size(_fill)
+copy = by_size(_copy)
+dropout_forward = njit(cache=True)(_dropout_forward)
+increment = njit(cache=True)(_increment)
+dropout_backward = by_size(_dropout_backward)
+add_bias_rows = by_size(_add_bias_rows)
+add_bias_nchw = by_size(_add_bias_nchw)

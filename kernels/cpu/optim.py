@@ -2,12 +2,13 @@
 
 Each element of the parameter is updated from the same element of the gradient
 and state buffers only (no reduction), so results are bit-identical on every
-call. The kernels are compiled serial: a parameter update is memory-bound and
-takes well under a millisecond even for the 400k weights of the MNIST CNN's
-first linear layer, less than waking the OpenMP pool would save. Updates happen
-in place; ``grad`` is only read. No kernel allocates or needs a workspace beyond the optimiser state
-(``buf`` for SGD momentum, ``m`` and ``v`` for Adam, ``avg`` for RMSProp, ``hist`` for AdaGrad),
-which the caller owns and zeroes before the first step.
+call. A parameter update is memory-bound: serial for small parameters, on every
+thread from ``_jit.PARALLEL_FROM`` elements (the 400k weights of the MNIST CNN's
+first linear layer took 0.5 ms serial on a 16-core machine, at any thread count:
+``_jit.by_size`` says more). Updates happen in place; ``grad`` is only read. No kernel
+allocates or needs a workspace beyond the optimiser state (``buf`` for SGD momentum, ``m``
+and ``v`` for Adam, ``avg`` for RMSProp, ``hist`` for AdaGrad), which the caller owns and
+zeroes before the first step.
 
 Hyperparameters (learning rate, momentum, ...) are numbers or *decay schedules*: a tuple
 ``(init, rate, period, staircase)`` whose value after s finished steps is
@@ -21,7 +22,7 @@ import math
 
 from numba import prange
 
-from ._jit import njit
+from ._jit import by_size, njit
 
 __all__ = ["sgd_update", "adam_update", "rmsprop_update", "adagrad_update"]
 
@@ -151,7 +152,8 @@ def _adagrad_update(param, grad, hist, steps, lr, eps, weight_decay):
         param[i] -= lr_s * g / math.sqrt(hi + eps_s)
 
 
-sgd_update = njit(cache=True)(_sgd_update)
-adam_update = njit(cache=True)(_adam_update)
-rmsprop_update = njit(cache=True)(_rmsprop_update)
-adagrad_update = njit(cache=True)(_adagrad_update)
+# serial for small parameters, on every thread for large ones (_jit.by_size says why)
+sgd_update = by_size(_sgd_update)
+adam_update = by_size(_adam_update)
+rmsprop_update = by_size(_rmsprop_update)
+adagrad_update = by_size(_adagrad_update)

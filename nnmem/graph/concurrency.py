@@ -74,12 +74,12 @@ def op_key(node):
 class Concurrency:
     """The concurrency control of one compiled step (see the module's docstring)."""
 
-    def __init__(self, mode, device, cores=None, interval=None, repeats=2):
+    def __init__(self, mode, device, cores=None, interval=None, repeats=2, patience=2):
         self.mode, self.strategies = mode, check_mode(mode, device)
         self.cores = cores or numba.config.NUMBA_NUM_THREADS
         self.smt, self.smt_source = smt_threads_per_core()
         self.interval = interval or max(1, self.cores // 8)
-        self.repeats = repeats
+        self.repeats, self.patience = repeats, patience
         self.layer = device.threading_layer()
         self.climbing = None
         self.profiling_seconds = 0.0
@@ -96,7 +96,9 @@ class Concurrency:
         self.keys = [op_key(nodes[i]) for i in order]
         self.types = [k[0] for k in self.keys]
         if self.climbing is None or set(self.climbing.climbs) != set(self.keys):
-            self.climbing = HillClimbing(self.keys, self.cores, self.interval, self.repeats)
+            self.climbing = HillClimbing(
+                self.keys, self.cores, self.interval, self.repeats, self.patience
+            )
             self.profiling_seconds = 0.0
         self.split = split
         self._plan = None
@@ -228,6 +230,7 @@ class Concurrency:
             "threading_layer": self.layer,
             "interval": self.interval,
             "repeats": self.repeats,
+            "patience": self.patience,
             "profiling_done": self.climbing.done,
             "profiling_steps": self.climbing.steps,
             "profiling_seconds": self.profiling_seconds,

@@ -115,6 +115,7 @@ class CoRunner:
         self._done = queue.SimpleQueue()
         self._workers = []
         self._lock = threading.Lock()
+        self._waits, self._followers = None, None  # the last run's waits, and who follows whom
 
     def _ensure_workers(self, count):
         with self._lock:
@@ -145,15 +146,14 @@ class CoRunner:
         """Run every call once, each after the calls it waits for; raise the first failure
         after every started call has ended.
 
-        A call that runs alone on every core (nothing running beside it, no hyper-threads to
-        share) runs on this thread: handing it to a worker would only add the hand-off (tens
-        of microseconds, as long as a small kernel). Its trace lane is -1."""
+        A call that runs alone -- nothing running beside it, and nothing else ready or no core
+        or hyper-thread left beside it -- runs on this thread: handing it to a worker would
+        only add the hand-off (tens of microseconds, as long as a small kernel), and nothing
+        could start before it ends anyway. Its trace lane is -1. Where the graph is a chain
+        (most of a ResNet), every call runs so."""
         n = len(calls)
         remaining = [len(w) for w in waits]
-        followers = [[] for _ in range(n)]
-        for p, before in enumerate(waits):
-            for q in before:
-                followers[q].append(p)
+        followers = self._followers_of(waits)
         ready = [p for p in range(n) if remaining[p] == 0]
         running = {}  # position -> (threads, on hyper-threads?, predicted seconds)
         busy = [0, 0]  # physical cores, then sibling hardware threads, in use
@@ -183,7 +183,7 @@ class CoRunner:
                     p, threads, on_siblings = choice
                     ready.remove(p)
                     _, fn, arrays = calls[p]
-                    if not running and threads >= self.cores and self.smt == 1:
+                    if not running and (not ready or threads >= self.cores and self.smt == 1):
                         complete(p, -1, threads, *self._run_here(fn, arrays, threads))
                         continue
                     self.corun_starts += bool(running)
@@ -206,6 +206,17 @@ class CoRunner:
             raise errors[0]
         if finished < n:
             raise RuntimeError("co-running: calls left that wait for each other; a bug in nnmem")
+
+    def _followers_of(self, waits):
+        """followers[q]: the positions that wait for q. Built once per list of waits (a step
+        replays the same one every time: rebuilding it cost O(edges) of Python per step)."""
+        if waits is not self._waits:
+            followers = [[] for _ in waits]
+            for p, before in enumerate(waits):
+                for q in before:
+                    followers[q].append(p)
+            self._waits, self._followers = waits, followers
+        return self._followers
 
     @staticmethod
     def _run_here(fn, arrays, threads):
