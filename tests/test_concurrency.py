@@ -192,6 +192,37 @@ def test_independent_calls_co_run_and_dependent_ones_wait():
     assert sorted(name for name, *_ in runner.trace) == ["a", "b", "c"]
 
 
+def test_a_call_alone_runs_on_the_scheduling_thread():
+    """A chain (each call waits for the one before) never has two calls ready: every call
+    runs on the scheduling thread (lane -1), with its own count, and no worker is handed one;
+    two independent calls go to the workers."""
+    log = []
+    calls = [(name, sleeper(log, name, 0.0), []) for name in "abc"]
+    runner = CoRunner(cores=2)
+    runner.trace = []
+    runner.run(calls, [set(), {0}, {1}], [plan_of(1, 0.1)] * 3)
+    assert [lane for _, _, lane, _, _ in runner.trace] == [-1, -1, -1]
+    me = threading.current_thread().name
+    assert [who for n, e, _, who in log if e == "start"] == [me] * 3
+    assert [n for n, e, *_ in log if e == "start"] == ["a", "b", "c"]
+    runner.trace = []
+    runner.run(calls, [set(), set(), {0, 1}], [plan_of(1, 0.1)] * 3)
+    lanes = {name: lane for name, _, lane, _, _ in runner.trace}
+    assert lanes["a"] >= 0 and lanes["b"] >= 0 and lanes["c"] == -1
+
+
+def test_a_runner_given_new_waits_follows_them():
+    """The followers are built once per list of waits: a runner given another list (a
+    re-planned step) must order its calls by the new one, not the last."""
+    log = []
+    calls = [(name, sleeper(log, name, 0.0), []) for name in "abc"]
+    runner = CoRunner(cores=2)
+    runner.run(calls, [set(), {0}, {1}], [plan_of(2, 0.1)] * 3)  # a, b, c
+    log.clear()
+    runner.run(calls, [{2}, {0}, set()], [plan_of(2, 0.1)] * 3)  # c, a, b
+    assert [n for n, e, *_ in log if e == "start"] == ["c", "a", "b"]
+
+
 def test_a_call_that_would_outlast_the_running_one_waits():
     """Strategy 3: x (the most expensive ready call) starts; y, predicted shorter, co-runs
     beside it; z, ready once y ends but predicted longer than x, waits for x to end."""
