@@ -67,6 +67,14 @@ def test_a_climb_that_stops_early_still_tries_all_the_cores():
     assert climb.best == 3
 
 
+def test_slower_means_slower_than_the_best_so_far():
+    """7 is faster than 5 but not than 3, the best: still a second count in a row no faster
+    than the best, so the climb stops there (and tries all the cores)."""
+    measured = {1: 10.0, 3: 5.0, 5: 6.0, 7: 5.5, 9: 4.0, 16: 7.0}
+    climb, _ = climb_on(lambda t: measured[t], cores=16, interval=2)
+    assert sorted(climb.tried) == [1, 3, 5, 7, 16] and climb.best == 3
+
+
 def test_the_climb_stops_at_the_cores():
     """Times that keep falling: every count up to the cores is tried (the last one capped at
     the cores), and the most threads win."""

@@ -96,6 +96,33 @@ def test_numba_cache_dir_is_used_and_the_second_process_loads_instead_of_compili
     assert second == "1 0"  # loaded from the cache, not compiled
 
 
+@needs_jit
+def test_a_kernel_compiled_serial_and_parallel_caches_each_apart(tmp_path):
+    """_jit.by_size compiles one source twice. Numba keys its cache by name and signature, not
+    by parallel=True: under one name, the compilation that came second loaded the first's code
+    (a parallel kernel running serial, or a serial one waking every thread). Each must compile
+    its own code in a fresh cache, and load its own in the next process."""
+    code = """
+        import numpy as np
+        from nnmem.kernels.cpu import _jit, elementwise as E
+        small, large = np.ones(8, np.float32), np.ones(_jit.PARALLEL_FROM, np.float32)
+        E.relu_forward(small, small)  # the serial one first: the order that hid the bug
+        E.relu_forward(large, large)
+        for d in (E.relu_forward.serial, E.relu_forward.parallel):
+            print(d._cache._cache_file._index_name,
+                  sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values()))
+    """
+    cache = str(tmp_path / "cache")
+    first = _run(code, tmp_path, NUMBA_CACHE_DIR=cache)
+    (serial_index, *serial_first), (parallel_index, *parallel_first) = (
+        line.split() for line in first
+    )
+    assert serial_index != parallel_index  # two cache files
+    assert serial_first == parallel_first == ["0", "1"]  # each compiled its own
+    again = _run(code, tmp_path, NUMBA_CACHE_DIR=cache)
+    assert [line.split()[1:3] for line in again] == [["1", "0"], ["1", "0"]]  # each its own
+
+
 def test_the_version_is_the_installed_one():
     import importlib.metadata
 

@@ -35,6 +35,7 @@ checked code in a folder of its own (the same name with ``-boundscheck`` appende
 """
 
 import functools
+import types
 import warnings
 
 import numba
@@ -130,24 +131,43 @@ def njit(*, cache=False, **options):
 PARALLEL_FROM = 1 << 18
 
 
+def _renamed(py_func, suffix):
+    """py_func's code under the name `py_func.__name__ + suffix`. Numba names a function's disk
+    cache after its qualified name and keys the entries by signature, not by options such as
+    ``parallel=True``: two compilations of one function with different options would load each
+    other's code from the cache (seen: the parallel one ran the serial code)."""
+    renamed = types.FunctionType(
+        py_func.__code__,
+        py_func.__globals__,
+        py_func.__name__ + suffix,
+        py_func.__defaults__,
+        py_func.__closure__,
+    )
+    renamed.__qualname__ = py_func.__qualname__ + suffix
+    renamed.__module__, renamed.__doc__ = py_func.__module__, py_func.__doc__
+    renamed.__kwdefaults__ = py_func.__kwdefaults__
+    return renamed
+
+
 def by_size(py_func, on=0, parallel_from=PARALLEL_FROM):
     """A kernel compiled twice from one source -- serial, and parallel (its ``prange`` loops on
-    Numba's threads) -- that runs the parallel one when its argument number `on` holds at least
-    `parallel_from` elements, the serial one otherwise.
+    Numba's threads) -- that runs the parallel one when its positional argument number `on`
+    holds at least `parallel_from` elements, the serial one otherwise.
 
     Memory contract and results are the source's: each element is computed by the same code in
     both, so the two give the same bits (tested), and which one ran never shows in the numbers.
-    The parallel one is compiled at its first large call only."""
+    The parallel one is compiled at its first large call only, and cached under a name of its
+    own (``_renamed``)."""
     serial = njit(cache=True)(py_func)
-    parallel = njit(parallel=True, cache=True)(py_func)
+    parallel = njit(parallel=True, cache=True)(_renamed(py_func, "_parallel"))
 
     def pick(*args):
         """The compiled kernel that these arguments run on."""
         return parallel if args[on].size >= parallel_from else serial
 
     @functools.wraps(py_func)
-    def kernel(*args):
-        return pick(*args)(*args)
+    def kernel(*args, **kwargs):
+        return pick(*args)(*args, **kwargs)
 
     kernel.serial, kernel.parallel, kernel.pick = serial, parallel, pick
     return kernel

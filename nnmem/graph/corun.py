@@ -105,7 +105,9 @@ class CoRunner:
     """Runs a list of calls on worker threads, co-running independent ones.
 
     calls[p] = (name, fn, arrays); waits[p]: positions it must follow; plan[p] = (type count,
-    candidate counts, predicted seconds at each count (a function)). `smt` enables Strategy 4."""
+    candidate counts, predicted seconds at each count (a function)). `smt` enables Strategy 4.
+    A list of waits is read once (who follows whom is kept for the next run with the same
+    list): give a new list for a new plan, never change one in place."""
 
     def __init__(self, cores, smt=1):
         self.cores, self.smt = cores, smt

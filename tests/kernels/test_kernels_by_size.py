@@ -16,6 +16,7 @@ def _cases(rng):
     """name -> (kernel, arguments as fresh arrays/scalars): every by_size kernel."""
     x = rng.standard_normal(N).astype(np.float32)
     y = rng.standard_normal(N).astype(np.float32)
+    dy = rng.standard_normal(N).astype(np.float32)  # the output of the in-place cases too
     y4 = rng.standard_normal((1, C, N // C + 1, 1)).astype(np.float32)
     rows = rng.standard_normal((N // 64 + 1, 64)).astype(np.float32)
     state = [rng.random(N).astype(np.float32) for _ in range(3)]
@@ -24,9 +25,11 @@ def _cases(rng):
         "relu_forward": (elementwise.relu_forward, (x.copy(), y)),
         "relu_forward in place": (elementwise.relu_forward, (y.copy(),) * 2),
         "relu_backward": (elementwise.relu_backward, (x.copy(), y, -y)),
+        "relu_backward in place": (elementwise.relu_backward, (dy, dy, -x)),
         "sigmoid_forward": (elementwise.sigmoid_forward, (x.copy(), y)),
         "sigmoid_backward": (elementwise.sigmoid_backward, (x.copy(), y, x)),
         "add": (elementwise.add, (x.copy(), x, y)),
+        "add in place": (elementwise.add, (dy, y, dy)),
         "sub": (elementwise.sub, (x.copy(), x, y)),
         "mul": (elementwise.mul, (x.copy(), x, y)),
         "axpy": (elementwise.axpy, (x.copy(), 0.5, y)),
