@@ -119,7 +119,8 @@ def main():
     print("\n3. speed, images/second (best of alternating windows, each runner its own process)")
     for name in ("mlp", "cnn"):
         runners = ("nnmem_eager", "nnmem_graph", "pytorch")
-        r = measure(name, runners, args.windows, args.seconds, warmup=3)
+        speeds = measure(name, runners, args.windows, args.seconds, warmup=3)
+        r = {runner: max(values) for runner, values in speeds.items()}  # the best windows
         r["ratio_graph_vs_eager"] = r["nnmem_graph"] / r["nnmem_eager"]
         if "pytorch" in r:
             r["ratio_graph_vs_pytorch"] = r["nnmem_graph"] / r["pytorch"]
