@@ -81,6 +81,19 @@ def assert_same(a, b):
             np.testing.assert_array_equal(x[k], y[k], err_msg=k)
 
 
+@pytest.fixture
+def python_ctrl_c():
+    """Python's own Ctrl-C handler for the test's duration. A shell starts a background job
+    with SIGINT ignored (POSIX, without job control: `pytest &`, some CI runners), and then a
+    raised SIGINT is dropped; nnmem leaves a handler it did not install alone
+    (nnmem/interrupts.py), so these tests would see no KeyboardInterrupt at all."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def fail_and_forget(call, expected):
     """Run call(), which must raise `expected`; drop the exception and its frames."""
     try:
@@ -204,7 +217,7 @@ def test_graph_interrupt_at_any_node_before_the_commit_changes_nothing():
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT is raised with signal.raise_signal")
 @pytest.mark.parametrize("use_graph", [False, True])
-def test_ctrl_c_during_the_update_waits_until_every_parameter_is_updated(use_graph):
+def test_ctrl_c_during_the_update_waits_until_every_parameter_is_updated(use_graph, python_ctrl_c):
     dev, m, tx, ty = setup(use_graph)
     ref = setup(use_graph)
     for batch in DATA[:2]:
@@ -557,7 +570,7 @@ def test_a_failed_step_draws_no_dropout_mask(use_graph):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT is raised with signal.raise_signal")
-def test_ctrl_c_while_a_step_releases_its_blocks_leaks_nothing():
+def test_ctrl_c_while_a_step_releases_its_blocks_leaks_nothing(python_ctrl_c):
     dev, m, tx, ty = setup(False)
     dev.recycle = False
     step(m, tx, ty, DATA[0])
