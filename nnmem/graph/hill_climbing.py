@@ -15,8 +15,8 @@ curves of small operations there are convex only roughly -- Inception's largest 
 took 3.9 ms on 8 threads, 4.4 on 12 and 2.8 on 16 (perhaps because work cut into 16 chunks
 takes two rounds on 8 threads and on 12), and one sample in a few is slow by chance -- so the
 first rise stopped climbs at 5-9 threads where 16 was fastest, and Strategies 1-2 lost 10-29%
-against all the cores for every operation (replayed on a full sweep of thread counts: Inception 84 ms of operations per step
-against 69 on all the cores; with both changes, 70).
+against all the cores for every operation (replayed on a full sweep of thread counts:
+Inception 84 ms of operations per step against 69 on all the cores; with both changes, 70).
 - ``patience``: the climb stops only after that many counts in a row no faster than the best
   so far (the paper's rule is patience=1; the default, 2, steps over one bump);
 - a climb that stopped short of all the cores tries all the cores last: the count of the
