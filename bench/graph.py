@@ -16,7 +16,7 @@
 import argparse
 
 import numpy as np
-from train import emit_json, measure
+from train import best_windows, emit_json, measure
 
 from nnmem import device, opt, tensor
 from nnmem.memory import format_bytes
@@ -119,8 +119,7 @@ def main():
     print("\n3. speed, images/second (best of alternating windows, each runner its own process)")
     for name in ("mlp", "cnn"):
         runners = ("nnmem_eager", "nnmem_graph", "pytorch")
-        speeds = measure(name, runners, args.windows, args.seconds, warmup=3)
-        r = {runner: max(values) for runner, values in speeds.items()}  # the best windows
+        r = best_windows(measure(name, runners, args.windows, args.seconds, warmup=3))
         r["ratio_graph_vs_eager"] = r["nnmem_graph"] / r["nnmem_eager"]
         if "pytorch" in r:
             r["ratio_graph_vs_pytorch"] = r["nnmem_graph"] / r["pytorch"]

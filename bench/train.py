@@ -216,6 +216,12 @@ def measure(case_name, runners, windows, seconds, warmup, busy=False, settle=0.5
     return speeds
 
 
+def best_windows(speeds):
+    """{runner: its best window's images/second}: noise on a shared machine only takes speed
+    away, so the best window is the runner's own speed."""
+    return {key: max(values) for key, values in speeds.items()}
+
+
 def kept_fraction(quiet, busy):
     """The median over rounds of busy / quiet speed (the windows of one round)."""
     return statistics.median(b / q for q, b in zip(quiet, busy))
@@ -223,7 +229,7 @@ def kept_fraction(quiet, busy):
 
 def report(case_name, speeds, busy):
     """Ratios and PASS/FAIL lines of issue 11 for one case; returns (figures, failures)."""
-    r = {key: max(values) for key, values in speeds.items()}  # best windows
+    r = best_windows(speeds)
     out, failed = dict(r), []
     targets = {"cnn": (1.0, 0.8), "resnet20": (0.8, None)}.get(case_name, (None, None))
 

@@ -44,7 +44,6 @@ class Climb:
         self.tried = {}  # thread count -> fastest mean seconds per instance
         self.threads = 1  # the count the next profiling step runs with
         self.samples = 0  # steps measured at that count
-        self.slower = 0  # counts in a row no faster than the best so far
         self.done = False
         self.instances = 0  # instances of the key in one step
 
@@ -59,13 +58,11 @@ class Climb:
         if self.done or self.samples < self.repeats:
             return
         self.samples = 0
-        if self.threads != self.best:
-            self.slower += 1
-        else:
-            self.slower = 0
+        # the counts tried after the best (they rise): those in a row no faster than it
+        slower = sum(threads > self.best for threads in self.tried)
         if self.threads >= self.cores:
             self.done = True  # all the cores: the last count there is
-        elif self.slower >= self.patience:
+        elif slower >= self.patience:
             self.threads = self.cores  # past the bottom: the uniform count, last
         else:
             self.threads = min(self.cores, self.threads + self.interval)
