@@ -269,6 +269,37 @@ def test_auto_times_the_algorithms_once_and_fixes_the_choice(device, monkeypatch
     assert set(chosen.values()) <= {"gemm", "conv3x3", "direct"}
 
 
+def test_the_first_candidate_stays_unless_another_is_clearly_faster():
+    class Timed:  # a device whose kernels take the seconds they are given
+        def time_kernel(self, fn, arrays):
+            return fn()
+
+    def run(first, other):
+        candidates = {"first": lambda: first, "other": lambda: other}
+        return conv_ops._time_candidates(Timed(), candidates, ())
+
+    assert run(1.0, 0.9) == "first"  # within the margin: noise must not flip the choice
+    assert run(1.0, conv_ops.MARGIN * 0.99) == "other"
+    assert run(0.5, 1.0) == "first"
+
+
+@pytest.mark.parametrize("channels,first", [(4, "conv3x3"), (256, "gemm")])
+def test_conv3x3_is_the_first_candidate_for_few_channels(device, monkeypatch, channels, first):
+    """3x3, stride 1, padding 1: conv3x3 is timed first (the one kept on a near tie) up to
+    CONV3X3_FIRST_UP_TO channels, gemm above (kernels/cpu/conv3x3.py and ops/conv.py say why)."""
+    orders = []
+    real = conv_ops._time_candidates
+    monkeypatch.setattr(conv_ops, "BENCHMARKED", {})
+    monkeypatch.setattr(
+        conv_ops, "_time_candidates", lambda d, c, a: orders.append(list(c)) or real(d, c, a)
+    )
+    x = tensor.from_numpy(np.ones((1, channels, 3, 3), np.float32), device)
+    conv = layer.Conv2d(channels, channels, 3, padding=1)
+    monkeypatch.setattr(autograd, "training", False)
+    conv(x)
+    assert orders and all(order[0] == first for order in orders), orders
+
+
 # -- CUDA graphs: a replayed step as one launch (a real GPU only) ----------------------------
 def test_a_step_replayed_as_a_cuda_graph_gives_the_numbers_of_kernel_by_kernel_replays(device):
     """Five steps with a learning-rate change after the third (a scalar the graph froze: it

@@ -7,7 +7,9 @@ says why it beats the GEMM for few channels). With algorithm="auto" (SuperNeuron
 pass follows the memory free at its step: the gemm workspace gets as many samples per chunk as
 the pool's free memory allows, and the first time the pass runs it times every algorithm whose
 workspace fits (``Device.time_kernel``: the way the device will run it), keeps the fastest and
-fixes it (cuDNN's benchmark mode). When not even
+fixes it (cuDNN's benchmark mode). A first candidate, picked by the geometry (conv3x3 where it
+applies to at most CONV3X3_FIRST_UP_TO channels, else gemm), is kept unless another takes less
+than MARGIN of its time, so that noise does not change the choice from run to run. When not even
 one sample's workspace fits, direct is the only candidate. The choice is remembered per device
 kind and geometry for the whole process, so eager steps, graph replays and new devices agree
 (the numbers never depend on which run chose); `CompiledStep.conv_algorithms()` reports it per
@@ -142,15 +144,21 @@ class Conv2d(Operator):
                 writes=(out,),
             )
             return
-        candidates = {  # all take the workspace's array, so any can run in another's place
-            "gemm": lambda out_, ws_, a_, b_: gemm(out_, a_, b_, ws_, sh, sw, ph, pw),
-        }
-        if self._conv3x3_fits(ws):
-            candidates["conv3x3"] = lambda out_, ws_, a_, b_: padded(out_, a_, b_, ws_)
-        candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
+
+        # all take the workspace's array, so any can run in another's place; the first is the
+        # one kept unless another is clearly faster (_time_candidates)
+        def by_gemm(out_, ws_, a_, b_):
+            gemm(out_, a_, b_, ws_, sh, sw, ph, pw)
+
         if self.algorithm == "gemm":
-            self.run(candidates["gemm"], reads=(a, b), writes=(out, ws))
+            self.run(by_gemm, reads=(a, b), writes=(out, ws))
             return
+        candidates = {"gemm": by_gemm}
+        if self._conv3x3_fits(ws):
+            by_planes = {"conv3x3": lambda out_, ws_, a_, b_: padded(out_, a_, b_, ws_)}
+            few = max(self.geometry[0], self.geometry[3]) <= CONV3X3_FIRST_UP_TO
+            candidates = {**by_planes, **candidates} if few else {**candidates, **by_planes}
+        candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
         key = (self.device.kind, pass_name, a.shape, b.shape, out.shape, ws.shape)
         key += (self.stride, self.padding, str(out.dtype))
         device = self.device
@@ -198,10 +206,15 @@ class Conv2d(Operator):
         return self.output((samples * per_sample,), dtype)
 
 
-#: Another algorithm replaces the first candidate (gemm) only when it is this much faster: two
-#: that time alike would otherwise be picked by the noise of the moment, and the choice (whose
+#: Another algorithm replaces the first candidate only when it is this much faster: two that
+#: time alike would otherwise be picked by the noise of the moment, and the choice (whose
 #: numbers differ in the last bits) would change from one process to the next.
 MARGIN = 0.8
+#: The first candidate is conv3x3 where it applies and the channels and filters are at most this
+#: many, gemm otherwise. Measured on 2 cores (AVX-512), float32, GFLOP/s of the three passes:
+#: conv3x3 beats gemm at 16-128 channels (ResNet-20's 64 channels of 8x8: 113-125 against
+#: 84-109), and gemm wins from 256 (8x8: 118-134 against 153-169).
+CONV3X3_FIRST_UP_TO = 128
 
 
 def _time_candidates(device, candidates, arrays):

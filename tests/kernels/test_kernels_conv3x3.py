@@ -18,7 +18,12 @@ from nnmem.kernels.cpu import (
     conv3x3_workspace_per_sample,
 )
 
+# (N, C, H, W, O). Backward filter sums groups of samples in one loop (GROUP_ELEMENTS // plane
+# samples), two filters a loop, CHANNEL_BLOCK channels a task: (7, 3, 24, 24, 5) has groups of
+# 3 samples (3, 3, 1) and an odd filter, (2, 11, 4, 5, 3) two blocks of channels, and
+# (3, 2, 31, 30, 2) planes longer than GROUP_ELEMENTS (one sample a group).
 SHAPES = [(2, 3, 5, 4, 4), (3, 5, 7, 6, 4), (1, 1, 1, 1, 1), (4, 16, 8, 8, 16), (2, 2, 3, 9, 3)]
+SHAPES += [(7, 3, 24, 24, 5), (2, 11, 4, 5, 3), (3, 2, 31, 30, 2)]
 
 
 def arrays(rng, shape, dtype=np.float64):
@@ -53,15 +58,17 @@ def test_the_geometry_it_applies_to():
     for other in [(3, 3, 2, 2, 1, 1), (3, 3, 1, 1, 0, 0), (5, 5, 1, 1, 2, 2), (1, 1, 1, 1, 0, 0)]:
         assert not conv3x3_applies(*other)
     assert conv3x3_workspace_per_sample(4, 6, 5, 7) == 6 * (7 * 9 + 2) + 7 * 5 * 9
+    # backward filter's C + O planes, when they are more than the forward's planes and sums
+    assert conv3x3_workspace_per_sample(64, 64, 8, 8) == (64 + 64) * (10 * 10 + 2)
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_every_pass_matches_the_direct_kernels_in_every_chunking(rng, shape):
     """float64: the same sums to rounding, whether the batch runs in one chunk or one sample
-    at a time (backward filter then adds the chunks' sums in order)."""
+    at a time or five (backward filter then adds the chunks' sums in order)."""
     x, wt, dy = arrays(rng, shape)
     expected = direct_passes(x, wt, dy)
-    for samples in sorted({1, 2, shape[0]}):
+    for samples in sorted({1, 2, 5, shape[0]}):
         for got, want in zip(padded_passes(x, wt, dy, samples), expected):
             assert_close64(got, want, rtol=1e-12, atol=1e-12)
 
