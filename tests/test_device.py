@@ -283,21 +283,27 @@ def test_the_first_candidate_stays_unless_another_is_clearly_faster():
     assert run(0.5, 1.0) == "first"
 
 
-@pytest.mark.parametrize("channels,first", [(4, "conv3x3"), (256, "gemm")])
-def test_conv3x3_is_the_first_candidate_for_few_channels(device, monkeypatch, channels, first):
-    """3x3, stride 1, padding 1: conv3x3 is timed first (the one kept on a near tie) up to
-    CONV3X3_FIRST_UP_TO channels, gemm above (kernels/cpu/conv3x3.py and ops/conv.py say why)."""
+@pytest.mark.parametrize(
+    "channels,filters,first", [(4, 4, "conv3x3"), (64, 256, "gemm"), (256, 64, "gemm")]
+)
+def test_conv3x3_is_the_first_candidate_for_few_channels(
+    device, monkeypatch, channels, filters, first
+):
+    """3x3, stride 1, padding 1, on a CPU: conv3x3 is timed first (the one kept on a near tie)
+    up to CONV3X3_FIRST_UP_TO channels and filters, gemm above (kernels/cpu/conv3x3.py and
+    ops/conv.py say why); on a GPU gemm is first."""
     orders = []
     real = conv_ops._time_candidates
     monkeypatch.setattr(conv_ops, "BENCHMARKED", {})
     monkeypatch.setattr(
         conv_ops, "_time_candidates", lambda d, c, a: orders.append(list(c)) or real(d, c, a)
     )
-    x = tensor.from_numpy(np.ones((1, channels, 3, 3), np.float32), device)
-    conv = layer.Conv2d(channels, channels, 3, padding=1)
+    x = tensor.from_numpy(np.ones((1, channels, 8, 8), np.float32), device)
+    conv = layer.Conv2d(channels, filters, 3, padding=1)
     monkeypatch.setattr(autograd, "training", False)
     conv(x)
-    assert orders and all(order[0] == first for order in orders), orders
+    first = first if device.kind == "cpu" else "gemm"
+    assert orders and all(order[0] == first and "conv3x3" in order for order in orders), orders
 
 
 # -- CUDA graphs: a replayed step as one launch (a real GPU only) ----------------------------

@@ -210,7 +210,7 @@ def test_lanes():
 def test_budget_half_the_peak_with_dyn():
     """vDNN's dynamic policy under half the no-offload peak: the pool never exceeds the
     budget, and the numbers are those of the same step without offloading (with the same
-    convolution workspaces: dyn may have lowered them, which changes GEMM chunking)."""
+    convolution workspaces: dyn may have lowered them, which changes how the batch is chunked)."""
     data = batches((8, 3, 32, 32), 3)
     reference = train(resnet(), data, use_graph=True)
     peak = reference[2].memory_stats()["allocated_bytes.peak"]

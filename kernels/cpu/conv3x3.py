@@ -31,9 +31,10 @@ in chunk order.
 
 Non-finite numbers: a NaN or infinity reaches every output it reaches in the direct kernels. One
 difference comes from the padding: backward filter multiplies zeros (the border, the extra
-columns of dy's rows) with what lies beside them, and 0 * inf or 0 * NaN is NaN, where the
-direct kernel skips those terms; so a few more entries of dw may be NaN, none finite that the
-direct kernel makes NaN or infinite.
+columns of dy's rows, the zero rows between the samples of a group) with what lies beside
+them, and 0 * inf or 0 * NaN is NaN, where the direct kernel skips those terms; so more
+entries of dw may be NaN (an infinity in x[n, c] can make all of dw[:, c] NaN), none finite
+that the direct kernel makes NaN or infinite.
 
 Determinism: one thread computes each output element (each dw entry) in a fixed order, so the
 result does not depend on the thread count. The forward sums use fused multiply-adds
@@ -77,12 +78,12 @@ def _plane(h, w):
 
 
 def conv3x3_workspace_per_sample(c, o, h, w):
-    """Workspace elements one sample needs in any of the passes: forward, the padded planes of
-    its C input channels and the row-padded sums of its O outputs and a spare; backward data,
-    the same with C and O swapped; backward filter, C padded planes and O planes of dy.
-    Plain Python."""
+    """Workspace elements one sample needs in any of the passes, the most of three: forward,
+    the padded planes of its C input channels, and the row-padded sums of its O outputs and a
+    spare; backward data, the same with C and O swapped; backward filter, C padded planes and
+    O planes of dy. Plain Python."""
     plane, sums = _plane(h, w), h * (w + 2)
-    return max(max(c, o) * plane + (max(c, o) + 1) * sums, (c + o) * plane)
+    return max(c * plane + (o + 1) * sums, o * plane + (c + 1) * sums, (c + o) * plane)
 
 
 def _check(y, x, w):
@@ -194,12 +195,12 @@ def _planes_filter(dw, rows, padded, w2, plane, accumulate):
     ones, W2 (zeros in the two extra columns and in the rest of each plane: spread). Overwrites
     dw, or adds to it (accumulate: a later chunk of the batch).
 
-    The samples are summed in groups: one loop runs over the GROUP_ELEMENTS-odd elements of a
-    group of consecutive samples (where the loop crosses from one sample into the next, rows
-    is zero, so nothing of one sample meets the other's input), and the groups add up in
-    order. One loop over many 8x8 planes, where a loop per sample would be 80 elements long,
-    spends less on finishing its sums (measured 1.4x faster); a group's two rows (below) stay
-    in the L1 cache.
+    The samples are summed in groups: one loop runs over a group of consecutive samples, at
+    most GROUP_ELEMENTS elements (one sample when its plane is longer), and the groups add up
+    in order. Where the loop crosses from one sample into the next, rows is zero, so with
+    finite numbers nothing of one sample meets the other's input. One loop over many 8x8
+    planes, where a loop per sample would be 80 elements long, spends less on finishing its
+    sums (measured 1.4x faster); a group's two rows (below) stay in the L1 cache.
 
     Two filters share each loop: the nine shifted reads of the input plane feed both filters'
     nine sums (18 sums, one vector register each), so a loop makes 11 reads for 18
@@ -209,7 +210,7 @@ def _planes_filter(dw, rows, padded, w2, plane, accumulate):
     Parallel over (pair of filters, block of CHANNEL_BLOCK channels): a thread keeps its two
     rows in the L1 cache while the block's padded planes stream past them, and there are
     enough tasks for 16 threads with 16 filters. Each dw[o, c] is one task's, summed in an
-    order fixed by the shapes: the same bits on any number of threads."""
+    order fixed by the shapes and the chunking: the same bits on any number of threads."""
     o = rows.shape[0]
     c = padded.shape[0]
     nb = rows.shape[1] // plane
@@ -273,7 +274,7 @@ def _add_sums(dw, oc, ci, add, s00, s01, s02, s10, s11, s12, s20, s21, s22):
                 dw[oc, ci, p, q] = sums[p][q]
 
 
-add_sums = njit(inline="always")(_add_sums)
+add_sums = njit(inline="always", cache=True)(_add_sums)
 planes_filter = njit(parallel=True, cache=True, fastmath={"reassoc", "nsz", "contract"})(
     _planes_filter
 )
@@ -283,8 +284,8 @@ def _chunks(n, workspace, per_sample):
     """Samples per chunk: as many as the workspace holds; it must hold one."""
     if workspace.ndim != 1 or workspace.size < per_sample:
         raise ValueError(
-            f"conv3x3: the workspace has {workspace.size} elements, one sample's padded planes "
-            f"and sums need {per_sample} (conv3x3_workspace_per_sample)"
+            f"conv3x3: the workspace has {workspace.size} elements, one sample of this pass "
+            f"needs {per_sample}; give it conv3x3_workspace_per_sample elements per sample"
         )
     return min(n, workspace.size // per_sample)
 

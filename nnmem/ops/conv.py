@@ -7,13 +7,13 @@ says why it beats the GEMM for few channels). With algorithm="auto" (SuperNeuron
 pass follows the memory free at its step: the gemm workspace gets as many samples per chunk as
 the pool's free memory allows, and the first time the pass runs it times every algorithm whose
 workspace fits (``Device.time_kernel``: the way the device will run it), keeps the fastest and
-fixes it (cuDNN's benchmark mode). A first candidate, picked by the geometry (conv3x3 where it
-applies to at most CONV3X3_FIRST_UP_TO channels, else gemm), is kept unless another takes less
-than MARGIN of its time, so that noise does not change the choice from run to run. When not even
-one sample's workspace fits, direct is the only candidate. The choice is remembered per device
-kind and geometry for the whole process, so eager steps, graph replays and new devices agree
-(the numbers never depend on which run chose); `CompiledStep.conv_algorithms()` reports it per
-layer.
+fixes it (cuDNN's benchmark mode). A first candidate, picked by the geometry (on a CPU, conv3x3
+where it applies to at most CONV3X3_FIRST_UP_TO channels; else gemm), is kept unless another
+takes less than MARGIN of its time, so that noise does not change the choice from run to run.
+When not even one sample's workspace fits, direct is the only candidate. The choice is
+remembered per device kind and geometry for the whole process, so eager steps, graph replays and
+new devices agree (the numbers never depend on which run chose);
+`CompiledStep.conv_algorithms()` reports it per layer.
 
 Grouped convolution (``group=g``: each filter sees C/g of the channels; g = C is depthwise, as in
 Xception's separable convolutions) runs the direct kernels, which take the group count: an
@@ -157,6 +157,7 @@ class Conv2d(Operator):
         if self._conv3x3_fits(ws):
             by_planes = {"conv3x3": lambda out_, ws_, a_, b_: padded(out_, a_, b_, ws_)}
             few = max(self.geometry[0], self.geometry[3]) <= CONV3X3_FIRST_UP_TO
+            few = few and self.device.kind == "cpu"  # the rule is measured on CPUs only
             candidates = {**by_planes, **candidates} if few else {**candidates, **by_planes}
         candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
         key = (self.device.kind, pass_name, a.shape, b.shape, out.shape, ws.shape)
@@ -210,10 +211,11 @@ class Conv2d(Operator):
 #: time alike would otherwise be picked by the noise of the moment, and the choice (whose
 #: numbers differ in the last bits) would change from one process to the next.
 MARGIN = 0.8
-#: The first candidate is conv3x3 where it applies and the channels and filters are at most this
-#: many, gemm otherwise. Measured on 2 cores (AVX-512), float32, GFLOP/s of the three passes:
-#: conv3x3 beats gemm at 16-128 channels (ResNet-20's 64 channels of 8x8: 113-125 against
-#: 84-109), and gemm wins from 256 (8x8: 118-134 against 153-169).
+#: On a CPU, the first candidate is conv3x3 where it applies and the channels and filters are at
+#: most this many, gemm otherwise (and on a GPU, where the rule is not measured). Measured on 2
+#: cores (AVX-512), float32, GFLOP/s of the three passes: conv3x3 beats gemm at 16-128 channels
+#: (ResNet-20's 64 channels of 8x8: conv3x3 113-125, gemm 84-109), and gemm wins from 256
+#: (8x8: conv3x3 118-134, gemm 153-169).
 CONV3X3_FIRST_UP_TO = 128
 
 

@@ -19,11 +19,12 @@ from nnmem.kernels.cpu import (
 )
 
 # (N, C, H, W, O). Backward filter sums groups of samples in one loop (GROUP_ELEMENTS // plane
-# samples), two filters a loop, CHANNEL_BLOCK channels a task: (7, 3, 24, 24, 5) has groups of
-# 3 samples (3, 3, 1) and an odd filter, (2, 11, 4, 5, 3) two blocks of channels, and
-# (3, 2, 31, 30, 2) planes longer than GROUP_ELEMENTS (one sample a group).
+# samples, at least one), two filters a loop, CHANNEL_BLOCK channels a task: (7, 3, 24, 24, 5)
+# has groups of 3 samples (3, 3, 1) and an odd filter, (2, 11, 4, 5, 3) two blocks of channels,
+# (3, 2, 31, 30, 2) one sample a group (a plane of 1,058 elements), and (2, 2, 45, 44, 3) planes
+# longer than GROUP_ELEMENTS (2,164).
 SHAPES = [(2, 3, 5, 4, 4), (3, 5, 7, 6, 4), (1, 1, 1, 1, 1), (4, 16, 8, 8, 16), (2, 2, 3, 9, 3)]
-SHAPES += [(7, 3, 24, 24, 5), (2, 11, 4, 5, 3), (3, 2, 31, 30, 2)]
+SHAPES += [(7, 3, 24, 24, 5), (2, 11, 4, 5, 3), (3, 2, 31, 30, 2), (2, 2, 45, 44, 3)]
 
 
 def arrays(rng, shape, dtype=np.float64):
@@ -57,9 +58,13 @@ def test_the_geometry_it_applies_to():
     assert conv3x3_applies(3, 3, 1, 1, 1, 1)
     for other in [(3, 3, 2, 2, 1, 1), (3, 3, 1, 1, 0, 0), (5, 5, 1, 1, 2, 2), (1, 1, 1, 1, 0, 0)]:
         assert not conv3x3_applies(*other)
-    assert conv3x3_workspace_per_sample(4, 6, 5, 7) == 6 * (7 * 9 + 2) + 7 * 5 * 9
-    # backward filter's C + O planes, when they are more than the forward's planes and sums
-    assert conv3x3_workspace_per_sample(64, 64, 8, 8) == (64 + 64) * (10 * 10 + 2)
+    # the most of forward (C planes, O + 1 rows of sums), backward data (O planes, C + 1 sums)
+    # and backward filter (C + O planes), with planes of (H+2)*(W+2)+2 and sums of H*(W+2)
+    plane, sums = 7 * 9 + 2, 5 * 9
+    assert conv3x3_workspace_per_sample(4, 6, 5, 7) == (4 + 6) * plane  # filter 650 > 615, 575
+    plane, sums = 10 * 10 + 2, 8 * 10
+    assert conv3x3_workspace_per_sample(1, 16, 8, 8) == 16 * plane + 2 * sums  # data 1792
+    assert conv3x3_workspace_per_sample(16, 1, 8, 8) == 16 * plane + 2 * sums  # forward 1792
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -125,7 +130,10 @@ def test_bad_shapes_and_small_workspaces_are_refused(rng):
         conv3x3_forward(np.empty((2, 4, 4, 4)), x, wt, ws)
     with pytest.raises(ValueError, match=r"\(O, C, 3, 3\)"):
         conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt[:, :, :2], ws)
-    with pytest.raises(ValueError, match="one sample's padded planes"):
-        conv3x3_backward_filter(np.empty_like(wt), dy, x, ws[: 3 * (7 * 7 + 2) - 1])
-    with pytest.raises(ValueError, match="one sample's padded planes"):  # planes and sums
-        conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt, ws[: 3 * (7 * 7 + 2) + 5 * 5 * 7 - 1])
+    plane, sums = 7 * 7 + 2, 5 * 7
+    with pytest.raises(ValueError, match="one sample of this pass needs"):  # C + O planes
+        conv3x3_backward_filter(np.empty_like(wt), dy, x, ws[: (3 + 4) * plane - 1])
+    conv3x3_backward_filter(np.empty_like(wt), dy, x, ws[: (3 + 4) * plane])  # exactly enough
+    with pytest.raises(ValueError, match="one sample of this pass needs"):  # planes and sums
+        conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt, ws[: 3 * plane + 5 * sums - 1])
+    conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt, ws[: 3 * plane + 5 * sums])
