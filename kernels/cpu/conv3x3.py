@@ -47,7 +47,7 @@ sums depend on how the batch is cut (chunks, groups of samples), as the GEMM's d
 import numpy as np
 from numba import prange
 
-from ._jit import njit
+from ._jit import by_size, njit
 
 __all__ = [
     "conv3x3_applies",
@@ -103,22 +103,22 @@ def _spread(planes, x, first, channel_major):
     from element `first`: x's padded planes (first = W + 3: past the top border row and the
     left border column) or dy's rows as long as the padded ones (first = 0: its two extra
     columns zero). Writes planes (N, C, plane), or (C, N, plane) when channel_major (each
-    channel's planes end to end: backward filter). Serial: a copy, memory-bound, and compiling
-    a parallel loop costs seconds in every fresh cache."""
+    channel's planes end to end: backward filter). A copy, memory-bound: parallel over the
+    planes from PARALLEL_FROM elements of x (by_size), serial below."""
     nb, c, h, wd = x.shape
     w2 = wd + 2
-    for n in range(nb):
-        for ci in range(c):
-            plane = planes[ci, n] if channel_major else planes[n, ci]
-            for u in range(plane.size):
-                plane[u] = 0
-            for i in range(h):
-                row = first + i * w2
-                for j in range(wd):
-                    plane[_u(row + j)] = x[n, ci, i, j]
+    for t in prange(nb * c):
+        n, ci = t // c, t % c
+        plane = planes[ci, n] if channel_major else planes[n, ci]
+        for u in range(plane.size):
+            plane[u] = 0
+        for i in range(h):
+            row = first + i * w2
+            for j in range(wd):
+                plane[_u(row + j)] = x[n, ci, i, j]
 
 
-spread = njit(cache=True)(_spread)
+spread = by_size(_spread, on=1)
 
 
 def _planes_forward(y, padded, acc, w, flipped):

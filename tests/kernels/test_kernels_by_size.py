@@ -6,7 +6,7 @@ import numba
 import numpy as np
 import pytest
 
-from nnmem.kernels.cpu import _jit, elementwise, optim, reduce
+from nnmem.kernels.cpu import _jit, conv3x3, elementwise, optim, reduce
 
 N = _jit.PARALLEL_FROM + 13  # just past the threshold, and not a multiple of any thread count
 C = 7  # channels of the 4-D cases, N // C + 1 elements each
@@ -21,7 +21,17 @@ def _cases(rng):
     rows = rng.standard_normal((N // 64 + 1, 64)).astype(np.float32)
     state = [rng.random(N).astype(np.float32) for _ in range(3)]
     steps = np.array([3], np.int64)
+    images = rng.standard_normal((3, C, 111, 113)).astype(np.float32)  # just past PARALLEL_FROM
+    plane = (111 + 2) * (113 + 2) + 2
     return {
+        "conv3x3 spread": (
+            conv3x3.spread,
+            (np.full((3, C, plane), np.nan, np.float32), images, 113 + 3, False),
+        ),
+        "conv3x3 spread channel-major": (
+            conv3x3.spread,
+            (np.full((C, 3, plane), np.nan, np.float32), images, 0, True),
+        ),
         "relu_forward": (elementwise.relu_forward, (x.copy(), y)),
         "relu_forward in place": (elementwise.relu_forward, (y.copy(),) * 2),
         "relu_backward": (elementwise.relu_backward, (x.copy(), y, -y)),
