@@ -77,13 +77,23 @@ def _plane(h, w):
     return (h + 2) * (w + 2) + 2
 
 
+def _forward_need(inputs, outputs, h, w):
+    """Workspace elements per sample of _forward (forward, and backward data with the channels
+    and filters swapped): the padded planes of its inputs, and the row-padded sums of its
+    outputs and a spare. Plain Python."""
+    return inputs * _plane(h, w) + (outputs + 1) * h * (w + 2)
+
+
+def _filter_need(c, o, h, w):
+    """Workspace elements per sample of backward filter: C padded planes of x and O planes of
+    dy. Plain Python."""
+    return (c + o) * _plane(h, w)
+
+
 def conv3x3_workspace_per_sample(c, o, h, w):
-    """Workspace elements one sample needs in any of the passes, the most of three: forward,
-    the padded planes of its C input channels, and the row-padded sums of its O outputs and a
-    spare; backward data, the same with C and O swapped; backward filter, C padded planes and
-    O planes of dy. Plain Python."""
-    plane, sums = _plane(h, w), h * (w + 2)
-    return max(c * plane + (o + 1) * sums, o * plane + (c + 1) * sums, (c + o) * plane)
+    """Workspace elements one sample needs in any of the three passes: the most of forward's,
+    backward data's and backward filter's needs. Plain Python."""
+    return max(_forward_need(c, o, h, w), _forward_need(o, c, h, w), _filter_need(c, o, h, w))
 
 
 def _check(y, x, w):
@@ -302,8 +312,7 @@ def _forward(out, source, w, workspace, flipped):
     """out = the padded-plane convolution of source (see _planes_forward), in chunks."""
     n, ni, h, wd = source.shape
     na = out.shape[1]
-    per = ni * _plane(h, wd) + (na + 1) * h * (wd + 2)  # + the spare plane
-    b = _chunks(n, workspace, per)
+    b = _chunks(n, workspace, _forward_need(ni, na, h, wd))
     for n0 in range(0, n, b):
         chunk = source[n0 : n0 + b]
         padded, acc = _views(workspace, chunk.shape[0], ni, na + 1, h, wd)
@@ -330,7 +339,7 @@ def conv3x3_backward_filter(dw, dy, x, workspace):
     n, c, h, wd = x.shape
     o = dy.shape[1]
     plane = _plane(h, wd)
-    b = _chunks(n, workspace, (c + o) * plane)
+    b = _chunks(n, workspace, _filter_need(c, o, h, wd))
     for n0 in range(0, n, b):
         chunk = x[n0 : n0 + b]
         nb = chunk.shape[0]

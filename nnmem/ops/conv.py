@@ -132,10 +132,18 @@ class Conv2d(Operator):
         `padded`, the conv3x3 kernel) when there is a workspace and the direct one otherwise
         ("auto": the fastest of them)."""
         (sh, sw), (ph, pw), g = self.stride, self.padding, self.group
+
+        # the workspace algorithms all take the workspace's array, so any can run in another's
+        # place; under "auto", the first candidate is kept unless another is clearly faster
+        # (_time_candidates)
+        def by_planes(out_, ws_, a_, b_):
+            padded(out_, a_, b_, ws_)
+
+        def by_gemm(out_, ws_, a_, b_):
+            gemm(out_, a_, b_, ws_, sh, sw, ph, pw)
+
         if self.algorithm == "conv3x3":
-            self.run(
-                lambda out_, ws_, a_, b_: padded(out_, a_, b_, ws_), reads=(a, b), writes=(out, ws)
-            )
+            self.run(by_planes, reads=(a, b), writes=(out, ws))
             return
         if ws is None:
             self.run(
@@ -144,21 +152,17 @@ class Conv2d(Operator):
                 writes=(out,),
             )
             return
-
-        # all take the workspace's array, so any can run in another's place; the first is the
-        # one kept unless another is clearly faster (_time_candidates)
-        def by_gemm(out_, ws_, a_, b_):
-            gemm(out_, a_, b_, ws_, sh, sw, ph, pw)
-
         if self.algorithm == "gemm":
             self.run(by_gemm, reads=(a, b), writes=(out, ws))
             return
         candidates = {"gemm": by_gemm}
         if self._conv3x3_fits(ws):
-            by_planes = {"conv3x3": lambda out_, ws_, a_, b_: padded(out_, a_, b_, ws_)}
-            few = max(self.geometry[0], self.geometry[3]) <= CONV3X3_FIRST_UP_TO
-            few = few and self.device.kind == "cpu"  # the rule is measured on CPUs only
-            candidates = {**by_planes, **candidates} if few else {**candidates, **by_planes}
+            # conv3x3 first for few channels, on CPUs only (where the rule was measured)
+            few = self.device.kind == "cpu" and (
+                max(self.geometry[0], self.geometry[3]) <= CONV3X3_FIRST_UP_TO
+            )
+            planes = {"conv3x3": by_planes}
+            candidates = {**planes, **candidates} if few else {**candidates, **planes}
         candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
         key = (self.device.kind, pass_name, a.shape, b.shape, out.shape, ws.shape)
         key += (self.stride, self.padding, str(out.dtype))
