@@ -1,23 +1,24 @@
 """Parallel regions beside one busy process: how many cores a kernel really gets.
 
-    python bench/busy_regions.py [--regions 0.3 1 10] [--seconds 1.5] [--json out.json]
+    python bench/busy_regions.py [--regions 0.3 1 10] [--seconds 1.5] [--rounds 2] [--json out.json]
 
 Every kernel of nnmem is a parallel region: a ``prange`` loop on Numba's threads, which wake,
 share the loop, and wait for each other at its end. This script times regions of pure
 arithmetic (no memory traffic, so only the scheduling shows) on all of Numba's threads, quiet
 and beside one CPU-bound process (bench/train.py's BusyLoop), and prints the effective cores:
-a region's work in single-thread seconds over its wall time (2.0 is perfect on 2 cores).
+a region's work in single-thread seconds over its wall time (2.0 is perfect on 2 cores). A
+region of R ms is R ms on all the threads at full speed: R times the threads of one thread's.
 
 Three ways to run the same work:
 - static: Numba's default, the loop cut into one piece per thread;
 - dynamic: pieces of an eighth of a thread's share (``numba.set_parallel_chunksize``), so that
   a running thread can take the pieces of one that is not running;
-- threads: one Python thread per Numba thread, each running its share of ALL the regions'
-  work in one go, never waiting for another: the scheduler's fair share, the upper bound.
+- threads: one Python thread per Numba thread, each running a window's worth of the same
+  arithmetic in one go, never waiting for another: the scheduler's fair share, the upper bound.
 
-It explains issue 11's busy floor (bench/README.md, "A busy machine"): a region waits for its
-slowest thread, and a thread woken on the core that the busy process holds waits for that
-process's time slice, longer than a kernel. The last line is the JSON.
+It explains issue 11's busy floor (bench/README.md, "A busy machine"): a thread woken on the
+core that the busy process holds starts after that process's time slice, when a short region
+is over, and a region cut one piece per thread waits for it. The last line is the JSON.
 """
 
 import argparse
@@ -77,7 +78,7 @@ def effective_cores(way, work_s, threads, seconds, step_s):
         return int(seconds / step_s) * threads * step_s / (time.perf_counter() - start)
     pieces = threads if way == "static" else 8 * threads
     out = np.zeros(pieces)
-    per_piece = int(work_s / step_s) // pieces
+    per_piece = max(1, int(work_s / step_s) // pieces)
     old = numba.set_parallel_chunksize(0 if way == "static" else 1)
     try:
         rate = window(lambda: region(out, per_piece), seconds)
@@ -111,7 +112,11 @@ def measure(loop, way, work_s, threads, args, step_s):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--regions", nargs="+", type=float, default=[0.3, 1.0, 10.0], help="ms per region"
+        "--regions",
+        nargs="+",
+        type=float,
+        default=[0.3, 1.0, 10.0],
+        help="region lengths, ms on all the threads at full speed",
     )
     parser.add_argument("--seconds", type=float, default=1.5, help="length of one window")
     parser.add_argument("--rounds", type=int, default=2, help="quiet and busy windows each")
@@ -135,7 +140,7 @@ def main():
             seen = measure(loop, way, (ms or 0) * 1e-3 * threads, threads, args, step_s)
             row = dict(way=way, region_ms=ms, quiet=max(seen["quiet"]), busy=max(seen["busy"]))
             rows.append(row)
-            label = "-" if ms is None else f"{ms:.1f}"
+            label = "-" if ms is None else f"{ms:g}"
             print(f"  {way:8} {label:>9} {row['quiet']:6.2f} {row['busy']:6.2f}")
     finally:
         loop.close()

@@ -18,13 +18,13 @@ Measured on this 2-core machine, seed CNN batch 64 (python bench/train.py):
   ``numba.set_num_threads`` sets the count of the calling thread only.
 * workqueue: sleeps too, but it refuses launches from two threads at once.
 
-What no threading layer fixes: beside a busy process on a small machine, a parallel region
-shorter than the scheduler's time slice (1.4 ms on the Linux here) runs at about ONE core's
-speed. The thread woken on the core the busy process holds starts after that process's slice,
-when the calling thread has done the work. Measured on 2 cores (bench/busy_regions.py): 0.96-0.99
-effective cores for 0.3-1 ms regions, static or dynamic; two threads that never wait for each
-other get the fair share, 1.37. So nnmem keeps about its one-core speed there (bench/README.md,
-"A busy machine").
+What TBB does not fix: beside a busy process on a small machine, a parallel region runs at
+about ONE core's speed. The thread woken on the core the busy process holds starts after that
+process's time slice (1.4 ms on the Linux here): a short region is over by then, and a region
+cut one piece per thread waits for it. Measured on 2 cores with TBB (bench/busy_regions.py):
+0.96-1.02 effective cores for regions of 0.3-10 ms cut one piece per thread; two threads that
+never wait for each other get about the fair share (1.33): 1.37. So nnmem keeps about its
+one-core speed there (bench/README.md, "A busy machine").
 
 Numba prefers TBB, but finds it only on the loader's search path, where pip's ``tbb`` wheel
 does not put it (it installs ``libtbb.so.12`` in the environment's ``lib/``). ``load_tbb()``
