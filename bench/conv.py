@@ -16,7 +16,8 @@ peak is about that figure times the number of cores. The last line is the JSON.
 """
 
 import argparse
-import json
+import os
+import sys
 import time
 
 import numpy as np
@@ -24,8 +25,26 @@ import numpy as np
 import nnmem.kernels.cpu as K
 from nnmem.kernels.cpu import blas
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train import emit_json  # noqa: E402
+
 RESNET20 = ["32,16,32,16,1", "32,32,16,32,1", "32,64,8,64,1", "32,16,32,32,2", "32,32,16,64,2"]
 WIDER = ["8,256,8,256,1", "4,512,4,512,1"]
+
+
+def shape(text):
+    """(N, C, H, O, S) from "N,C,H,O,S", each a positive integer (argparse's type: a bad one is
+    a one-line error naming the flag)."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 5 or min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give N,C,H,O,S (batch, channels, height, filters, stride), positive "
+            "integers, e.g. 32,16,32,16,1"
+        )
+    return values
 
 
 def fastest(fn, repeats):
@@ -90,18 +109,25 @@ def sgemm_one_thread(repeats):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", nargs="+", default=RESNET20 + WIDER, help="N,C,H,O,S each")
+    parser.add_argument(
+        "--shapes",
+        nargs="+",
+        type=shape,
+        default=[shape(text) for text in RESNET20 + WIDER],
+        help="N,C,H,O,S each",
+    )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", help="also write the JSON to this file")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     rng = np.random.default_rng(0)
     peak = sgemm_one_thread(args.repeats)
     if peak is not None:
         print(f"OpenBLAS sgemm 1024^3 on one thread: {peak:.0f} GFLOP/s")
     results = []
     print(f"{'N,C,HxW,O,stride':22} {'algorithm':9} {'forward':>16} {'data':>16} {'filter':>16}")
-    for spec in args.shapes:
-        n, c, h, o, s = (int(v) for v in spec.split(","))
+    for n, c, h, o, s in args.shapes:
         runs, flop = passes(n, c, h, o, s, rng)
         for algorithm, fns in runs.items():
             row = {"shape": [n, c, h, o, s], "algorithm": algorithm}
@@ -112,11 +138,7 @@ def main():
                 cells.append(f"{seconds * 1e3:6.2f} ms {flop / seconds / 1e9:4.0f} GF")
             results.append(row)
             print(f"{f'{n},{c},{h}x{h},{o},{s}':22} {algorithm:9} " + " ".join(cells), flush=True)
-    line = json.dumps({"sgemm_one_thread_gflops": peak, "passes": results})
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(line + "\n")
-    print(line)
+    emit_json({"sgemm_one_thread_gflops": peak, "passes": results}, args.json)
 
 
 if __name__ == "__main__":
