@@ -73,10 +73,11 @@ def create_cpu_device(pool_bytes=None, strategy=None, link_gbps=None):
     return CpuDevice(_pool_bytes(pool_bytes), strategy=strategy or "best_fit", link_gbps=link_gbps)
 
 
-def create_planning_device(pool_bytes=2**50, strategy="best_fit"):
+def create_planning_device(pool_bytes=2**50, strategy="best_fit", plans_for="cpu"):
     """A planning device: nothing runs, no byte is used, and its pool's statistics are what a
-    real pool would show (default: 1 PiB, no limit)."""
-    return PlanningDevice(pool_bytes, strategy=strategy)
+    real pool of a `plans_for` device ("cpu" or "cuda") would show (default: 1 PiB, no
+    limit)."""
+    return PlanningDevice(pool_bytes, strategy=strategy, plans_for=plans_for)
 
 
 _default_device = None

@@ -343,7 +343,7 @@ class Model(Layer):
         """(CompiledStep, result). With offload="dyn" (vDNN's dynamic policy): the fastest
         policy that fits the budget with the convolutions' fastest workspaces; failing that,
         the step is recorded again with a lower cap on workspaces (the convolutions with the
-        largest downgrade first: fewer samples per GEMM, then the direct algorithm)."""
+        largest downgrade first: fewer samples per chunk, then the direct algorithm)."""
         limits = WORKSPACE_LIMITS if self.offload_policy == "dyn" else (dev.workspace_limit,)
         previous = dev.workspace_limit
         for limit in limits:

@@ -3,7 +3,7 @@
 ``plan(model, input_shape)`` compiles the model on a *planning device* (nnmem.device
 .create_planning_device: its pool hands out offsets with no bytes behind them), records one
 training step in graph mode (recording never runs a kernel), and compiles the recording three
-ways, exactly as ``model.compile`` and graph mode would on a real device:
+ways, exactly as ``model.compile`` and graph mode would on a CPU device:
 
 - baseline:               recycling off, every block of the step kept until it ends;
 - liveness:               each block freed after its last use (plus in-place, static plan);
@@ -123,6 +123,7 @@ def smallest_pool(
     optimizer=None,
     dtype=np.float32,
     step_args=None,
+    plans_for="cpu",
 ):
     """The smallest pool, in bytes, in which `model` (a new, uninitialised Model) trains on
     batches of `input_shape` and is then evaluated on the same input tensor, as ``nnmem train``
@@ -130,8 +131,9 @@ def smallest_pool(
     (the first creates the optimizer's state) and an inference step, run on a planning device,
     where every allocation happens and no kernel runs. In graph mode it is exact: a byte less
     runs out of memory. Eagerly it is enough, and a little less may do: in a smaller pool, best
-    fit places the blocks differently. `step_args`: as for plan()."""
-    dev = device.create_planning_device()
+    fit places the blocks differently. `step_args`: as for plan(). `plans_for`: the kind of
+    device that will run it, "cpu" or "cuda" (they size convolution workspaces differently)."""
+    dev = device.create_planning_device(plans_for=plans_for)
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     step_args = _step_args(model, step_args)
     model.compile(

@@ -310,6 +310,39 @@ def test_conv3x3_is_the_first_candidate_for_few_channels(
     assert orders and all(order[0] == first and "conv3x3" in order for order in orders), orders
 
 
+@pytest.mark.parametrize("kind", ["cpu", "planning for cpu", "cuda", "planning for cuda"])
+def test_auto_sizes_its_workspace_for_its_first_candidate(monkeypatch, kind):
+    """A forward pass's peak under "auto" is conv3x3's where conv3x3 is the first candidate (a
+    CPU, and a planning device that plans a CPU's step), the gemm's where gemm is (a GPU: a
+    CPU device that says "cuda" shows its sizing; a planning device for one), and conv3x3's is
+    far the smaller: a planning device foresees the peak of the device it plans for."""
+    monkeypatch.setattr(conv_ops, "BENCHMARKED", {})
+    monkeypatch.setattr(autograd, "training", False)
+
+    def peak(algorithm, kind=kind):
+        if kind.startswith("planning for "):
+            dev = device_module.create_planning_device(64 * 2**20, plans_for=kind.split()[-1])
+        else:
+            dev = device_module.create_cpu_device("64MiB")
+            monkeypatch.setattr(dev, "kind", kind)
+        x = tensor.PlaceHolder((4, 16, 8, 8), dev)
+        x.copy_from_numpy(np.ones((4, 16, 8, 8), np.float32))  # (planning: allocates only)
+        conv = layer.Conv2d(16, 16, 3, padding=1, algorithm=algorithm)
+        conv(x)
+        return dev.pool.stats()["high_water_bytes"]
+
+    planes, columns = peak("conv3x3"), peak("gemm")
+    assert planes < 0.6 * columns
+    assert peak("auto") == (columns if kind.endswith("cuda") else planes)
+    if kind.startswith("planning for "):
+        assert peak("auto") == peak("auto", kind=kind.split()[-1])
+
+
+def test_a_planning_device_plans_for_a_cpu_or_a_cuda_device():
+    with pytest.raises(ValueError, match="plans_for='tpu'"):
+        device_module.create_planning_device(plans_for="tpu")
+
+
 # -- CUDA graphs: a replayed step as one launch (a real GPU only) ----------------------------
 def test_a_step_replayed_as_a_cuda_graph_gives_the_numbers_of_kernel_by_kernel_replays(device):
     """Five steps with a learning-rate change after the third (a scalar the graph froze: it

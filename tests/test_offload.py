@@ -207,14 +207,16 @@ def test_lanes():
         plain.trace_transfers()
 
 
-def test_budget_half_the_peak_with_dyn():
-    """vDNN's dynamic policy under half the no-offload peak: the pool never exceeds the
+def test_budget_below_the_peak_with_dyn():
+    """vDNN's dynamic policy under 60% of the no-offload peak: the pool never exceeds the
     budget, and the numbers are those of the same step without offloading (with the same
-    convolution workspaces: dyn may have lowered them, which changes how the batch is chunked)."""
+    convolution workspaces: dyn may have lowered them, which changes how the batch is chunked).
+    Half the peak is too little here: what offload="all" with direct convolutions keeps on the
+    device (parameters, momentum, the running layer's maps) is 53% of it."""
     data = batches((8, 3, 32, 32), 3)
     reference = train(resnet(), data, use_graph=True)
     peak = reference[2].memory_stats()["allocated_bytes.peak"]
-    budget = peak // 2
+    budget = int(peak * 0.6)
     result, step = compiled(resnet(), data, offload="dyn", budget=budget)
     dev = result[2]
     assert step.offload in ("conv", "all")

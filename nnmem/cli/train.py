@@ -476,6 +476,7 @@ def pool_hint(args, sample, num_classes):
         (args.batch_size,) + sample,
         use_graph=not args.no_graph,
         optimizer=make_optimizer(args),
+        plans_for=args.device,
     )
     mib = math.ceil(needed / 2**20)
     if args.budget is not None:

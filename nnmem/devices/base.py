@@ -69,6 +69,12 @@ class Device:
     runs_kernels = True  # False: a planning device, which only allocates
     kernels = None  # set by each kind: the module of kernels its operations call
 
+    @property
+    def plans_for(self):
+        """The kind of device whose step this one builds: its own (a planning device: the kind
+        it plans for). Operations that size memory by the device read it (Conv2d's "auto")."""
+        return self.kind
+
     def __init__(self, pool_bytes, strategy, name, dev_id=-1):
         self.pool = Pool(parse_bytes(pool_bytes), strategy=strategy, alignment=ALIGNMENT)
         self.storage = self._make_storage(self.pool.capacity, ALIGNMENT)

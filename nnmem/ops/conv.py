@@ -4,16 +4,22 @@ Three algorithms: "gemm" (im2col + one large matrix product per chunk of samples
 workspace), "direct" (loops, no workspace), and for 3x3 filters with stride 1 and padding 1,
 "conv3x3" (loops over padded planes, which it keeps in the same workspace: kernels/cpu/conv3x3.py
 says why it beats the GEMM for few channels). With algorithm="auto" (SuperNeurons 3.5) each
-pass follows the memory free at its step: the gemm workspace gets as many samples per chunk as
-the pool's free memory allows, and the first time the pass runs it times every algorithm whose
-workspace fits (``Device.time_kernel``: the way the device will run it), keeps the fastest and
-fixes it (cuDNN's benchmark mode). A first candidate, picked by the geometry (on a CPU, conv3x3
-where it applies to at most CONV3X3_FIRST_UP_TO channels; else gemm), is kept unless another
-takes less than MARGIN of its time, so that noise does not change the choice from run to run.
-When not even one sample's workspace fits, direct is the only candidate. The choice is
-remembered per device kind and geometry for the whole process, so eager steps, graph replays and
-new devices agree (the numbers never depend on which run chose);
-`CompiledStep.conv_algorithms()` reports it per layer.
+pass follows the memory free at its step. A first candidate, picked by the geometry (on a CPU,
+and on a planning device that plans for one, conv3x3 where it applies to at most
+CONV3X3_FIRST_UP_TO channels and filters; else gemm), sizes the workspace: as many samples of
+its need per chunk as the pool's free memory allows. The first
+time the pass runs it times every algorithm that fits that workspace (``Device.time_kernel``:
+the way the device will run it) and keeps the first candidate unless another takes less than
+MARGIN of its time, so that noise does not change the choice from run to run; then the choice
+is fixed (cuDNN's benchmark mode). Sizing for the first candidate, the one expected to be
+kept, keeps the memory the step plans to what it needs: conv3x3's planes are 23-32% of the
+gemm's columns in ResNet-20's 3x3 layers (a gemm timed in such a workspace runs in smaller
+chunks, so it must be clearly faster even then). Where conv3x3's sample is the larger (one
+input channel and many filters, maps of 2x2 or less), a tight budget that holds a gemm sample
+but no conv3x3 one leaves direct. When not even one sample of the first candidate's need
+fits, direct is the only candidate. The choice is remembered per device kind and geometry for
+the whole process, so eager steps, graph replays and new devices agree (the numbers never
+depend on which run chose); `CompiledStep.conv_algorithms()` reports it per layer.
 
 Grouped convolution (``group=g``: each filter sees C/g of the channels; g = C is depthwise, as in
 Xception's separable convolutions) runs the direct kernels, which take the group count: an
@@ -155,14 +161,12 @@ class Conv2d(Operator):
         if self.algorithm == "gemm":
             self.run(by_gemm, reads=(a, b), writes=(out, ws))
             return
-        candidates = {"gemm": by_gemm}
+        # each candidate that the workspace holds one sample of (the first candidate sized it)
+        candidates = {"gemm": by_gemm} if ws.size() >= self._gemm_per_sample() else {}
         if self._conv3x3_fits(ws):
-            # conv3x3 first for few channels, on CPUs only (where the rule was measured)
-            few = self.device.kind == "cpu" and (
-                max(self.geometry[0], self.geometry[3]) <= CONV3X3_FIRST_UP_TO
-            )
             planes = {"conv3x3": by_planes}
-            candidates = {**planes, **candidates} if few else {**candidates, **planes}
+            first = self._conv3x3_first()
+            candidates = {**planes, **candidates} if first else {**candidates, **planes}
         candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
         key = (self.device.kind, pass_name, a.shape, b.shape, out.shape, ws.shape)
         key += (self.stride, self.padding, str(out.dtype))
@@ -176,28 +180,48 @@ class Conv2d(Operator):
         fastest.conv_algorithm = (pass_name, lambda: BENCHMARKED.get(key, "not run yet"))
         self.run(fastest, reads=(a, b), writes=(out, ws))
 
+    def _conv3x3_first(self):
+        """Is conv3x3 the first candidate of "auto" (the one it expects to keep, and sizes the
+        workspace for): its geometry, at most CONV3X3_FIRST_UP_TO channels and filters, on a CPU
+        (where the rule was measured) or on a planning device that plans a CPU's step."""
+        c, o = self.geometry[0], self.geometry[3]
+        cpu = self.device.plans_for == "cpu"
+        return cpu and self._is_3x3() and max(c, o) <= CONV3X3_FIRST_UP_TO
+
+    def _is_3x3(self):
+        """Does conv3x3 apply to this geometry: 3x3 filters, stride 1, padding 1?"""
+        kh, kw = self.geometry[4:]
+        (sh, sw), (ph, pw) = self.stride, self.padding
+        return self.kernels.conv3x3_applies(kh, kw, sh, sw, ph, pw)
+
+    def _conv3x3_per_sample(self):
+        """Workspace elements one sample needs in the conv3x3 passes."""
+        c, h, w, o = self.geometry[:4]
+        return self.kernels.conv3x3_workspace_per_sample(c, o, h, w)
+
+    def _gemm_per_sample(self):
+        """Workspace elements one sample needs in the gemm passes."""
+        c, h, w, o, kh, kw = self.geometry
+        (sh, sw), (ph, pw) = self.stride, self.padding
+        return self.kernels.conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw)
+
     def _conv3x3_fits(self, ws):
         """Is conv3x3 a candidate: its geometry, and one sample's padded planes in `ws`? (A
         grouped convolution never gets here: it runs the direct kernels, with no workspace.)"""
-        c, h, w, o, kh, kw = self.geometry
-        (sh, sw), (ph, pw) = self.stride, self.padding
-        if not self.kernels.conv3x3_applies(kh, kw, sh, sw, ph, pw):
-            return False
-        return ws.size() >= self.kernels.conv3x3_workspace_per_sample(c, o, h, w)
+        return self._is_3x3() and ws.size() >= self._conv3x3_per_sample()
 
     def _workspace(self, n, dtype, extra_bytes):
-        """The gemm workspace tensor sized to the free memory, or None for the direct algorithm.
+        """The workspace tensor, or None for the direct algorithm: the whole batch's for
+        "gemm" and "conv3x3"; under "auto", as many samples of its first candidate's need as the
+        free memory holds (conv3x3's planes where _conv3x3_first, else the gemm's columns).
 
         `extra_bytes` are the outputs still to be allocated at this step: the workspace must
         leave room for them."""
-        K = self.kernels
         if self.algorithm == "direct":
             return None
-        c, h, w, o, kh, kw = self.geometry
-        (sh, sw), (ph, pw) = self.stride, self.padding
-        if self.algorithm == "conv3x3":  # its own, smaller workspace: the whole batch's planes
-            return self.output((n * K.conv3x3_workspace_per_sample(c, o, h, w),), dtype)
-        per_sample = K.conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw)
+        per_sample = self._gemm_per_sample()
+        if self.algorithm == "conv3x3" or (self.algorithm == "auto" and self._conv3x3_first()):
+            per_sample = self._conv3x3_per_sample()
         itemsize = dtype.itemsize
         samples = n
         if self.algorithm == "auto":
@@ -215,11 +239,11 @@ class Conv2d(Operator):
 #: time alike would otherwise be picked by the noise of the moment, and the choice (whose
 #: numbers differ in the last bits) would change from one process to the next.
 MARGIN = 0.8
-#: On a CPU, the first candidate is conv3x3 where it applies and the channels and filters are at
-#: most this many, gemm otherwise (and on a GPU, where the rule is not measured). Measured on 2
-#: cores (AVX-512), float32, GFLOP/s of the three passes: conv3x3 beats gemm at 16-128 channels
-#: (ResNet-20's 64 channels of 8x8: conv3x3 113-125, gemm 84-109), and gemm wins from 256
-#: (8x8: conv3x3 118-134, gemm 153-169).
+#: On a CPU (and a planning device planning for one), the first candidate is conv3x3 where it
+#: applies and the channels and filters are at most this many, gemm otherwise (and on a GPU,
+#: where the rule is not measured). Measured on 2 cores (AVX-512), float32, GFLOP/s of the
+#: three passes: conv3x3 beats gemm at 16-128 channels (ResNet-20's 64 channels of 8x8:
+#: conv3x3 113-125, gemm 84-109), and gemm wins from 256 (8x8: conv3x3 118-134, gemm 153-169).
 CONV3X3_FIRST_UP_TO = 128
 
 
