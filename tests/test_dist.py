@@ -38,17 +38,29 @@ def launcher():
 
 
 def mpiexec(*args, timeout=240):
-    """Run the worker on 2 ranks; (exit status, output)."""
+    """Run the worker on 2 ranks; (exit status, output).
+
+    A job that failed without a byte of output (no rank's message, not even the launcher's) is
+    run once more: once in CI, the "stuck" job below ended that way beside the simulator's
+    tests, and 49 runs here under load (busy loops, or the simulator beside) never did. nnmem
+    prints on every path it fails by, so an empty failure is the launcher's; a second one
+    fails the test with both statuses."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "OMPI_", "PMIX_"))}
-    done = subprocess.run(
-        [launcher(), "-n", "2", sys.executable, str(WORKER), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=WORKER.parent,
-    )
-    return done.returncode, done.stdout + done.stderr
+    statuses = []
+    for _ in range(2):
+        done = subprocess.run(
+            [launcher(), "-n", "2", sys.executable, str(WORKER), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd=WORKER.parent,
+        )
+        output = done.stdout + done.stderr
+        statuses.append(done.returncode)
+        if done.returncode == 0 or output:
+            return done.returncode, output
+    return done.returncode, f"(no output; exit statuses {statuses})"
 
 
 @pytest.fixture(scope="module")
@@ -162,10 +174,11 @@ def test_a_rank_that_stops_makes_the_others_fail_within_the_timeout(mode):
     start = time.monotonic()
     status, output = mpiexec(mode, ".", 3, timeout=120)
     elapsed = time.monotonic() - start
-    assert status != 0
-    assert "rank 0 DistributedError" in output, output
-    assert "did not complete within 3 s" in output, output
-    assert elapsed < dist_worker.STUCK_S / 2, (elapsed, output)
+    seen = f"exit status {status} after {elapsed:.1f} s:\n{output}"
+    assert status != 0, seen
+    assert "rank 0 DistributedError" in output, seen
+    assert "did not complete within 3 s" in output, seen
+    assert elapsed < dist_worker.STUCK_S / 2, seen
 
 
 def test_nnmem_train_under_mpiexec_prints_and_saves_on_rank_0_only(tmp_path):
