@@ -1,14 +1,16 @@
 """Checkpoints in SINGA's format: a zip holding ``tensor_dict.npz`` (one ``.npy`` array per
 state) and ``states_attr.json`` (each state's type, shape and dtype).
 
-Saving is atomic: the zip is written to a temporary file beside the target and renamed over
-it only once it is complete and on disk, so a failed or interrupted save leaves the previous
-checkpoint as it was. A symbolic link is saved through (its final target is replaced, the link
-kept), and an existing checkpoint keeps its permission bits.
+Saving is checked, then atomic: every state's name must come back from a zip member's name
+as it was, and the folder must exist; the zip is then written to a temporary file beside the
+target and renamed over it only once it is complete and on disk, so a failed or interrupted
+save leaves the previous checkpoint as it was. A symbolic link is saved through (its final
+target is replaced, the link kept), and an existing checkpoint keeps its permission bits.
 
 Loading is all or nothing, and its memory is bounded by what the model expects:
-0. the path must name a regular file (a FIFO would block, /dev/zero would never end), and the
-   zip members read must be stored or deflated, without encryption;
+0. the path must name a regular file (a FIFO would block, /dev/zero would never end), the zip
+   may list at most MAX_MEMBERS members, none of them twice, and the members read must be
+   stored or deflated, without encryption;
 1. states_attr.json (at most MAX_ATTRS_BYTES) is checked first: every entry well formed, the
    model states matching the model's shapes and dtypes, the auxiliary states of a dtype a
    tensor can hold and small enough for the device pool's free bytes;
@@ -21,6 +23,7 @@ Loading is all or nothing, and its memory is bounded by what the model expects:
 No pickle is ever loaded.
 """
 
+import collections
 import contextlib
 import io
 import json
@@ -39,13 +42,15 @@ import numpy as np
 
 from nnmem.interrupts import deferred_interrupts
 from nnmem.memory.units import format_bytes
-from nnmem.tensor import Tensor, check_dtype, from_numpy, to_numpy
+from nnmem.regular_file import open_regular
+from nnmem.tensor import Tensor, check_dtype, to_numpy
 
 TENSOR_DICT_FILENAME = "tensor_dict.npz"
 STATES_ATTR_FILENAME = "states_attr.json"
 MODEL_STATE_TYPE = 0
 AUX_STATE_TYPE = 1
 
+MAX_MEMBERS = 1024  # members of a checkpoint's zip read at most (nnmem and SINGA write 2)
 MAX_ATTRS_BYTES = 16 * 2**20  # a state's entry takes about 70 bytes: room for 200,000 states
 NPY_HEADER_LIMIT = 10_000  # numpy's own limit on a .npy header (np.load's max_header_size)
 # What np.savez writes around a state's data, with room to spare: a .npy header of 128 bytes
@@ -53,6 +58,9 @@ NPY_HEADER_LIMIT = 10_000  # numpy's own limit on a .npy header (np.load's max_h
 _NPY_HEADER_ALLOWANCE, _NPY_HEADER_PER_DIM = 256, 24
 _ZIP_RECORDS_ALLOWANCE = 256
 _ZIP_END_RECORDS = 2**16 + 1024  # end-of-archive records, and a comment of at most 64 KiB
+# The end of central directory record: its signature, its size without the comment, and where
+# it holds the total number of members (APPNOTE.TXT 4.3.16).
+_END_RECORD_SIGNATURE, _END_RECORD_SIZE, _END_RECORD_COUNT_AT = b"PK\x05\x06", 22, 10
 _SPOOL_IN_MEMORY = 16 * 2**20  # a tensor_dict.npz larger than this is spooled to a temp file
 _CHUNK = 2**20  # bytes copied at a time
 _FIX = "give a file written by Model.save_states"
@@ -62,6 +70,8 @@ _COMPRESSIONS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 # General purpose flag bits zipfile cannot read: 0 encrypted, 5 patched data, 6 strong encryption.
 _UNREADABLE_FLAGS = {0x1: "encrypted", 0x20: "compressed patched data", 0x40: "strongly encrypted"}
 _TEMP_PREFIX, _TEMP_SUFFIX = ".nnmem-save-", ".tmp"
+_MAX_SPAN = np.iinfo(np.intp).max  # the most bytes an array's nonzero sizes may span
+_MAX_NAME_BYTES = 2**16 - 1 - len(".npy")  # a zip member's name takes at most 65535 bytes
 
 
 class CheckpointError(ValueError):
@@ -86,10 +96,12 @@ def save(fpath, model_states, aux_states):
 
     Atomic: afterwards `fpath` is either the complete new checkpoint or, if anything failed
     (a state that cannot be read, a full disk, a KeyboardInterrupt), what it was before.
+    Every name and tensor is checked before the file is touched.
     """
     tensors, attrs = {}, {}
     for kind, states in ((MODEL_STATE_TYPE, model_states), (AUX_STATE_TYPE, aux_states)):
         for name, t in states.items():
+            _check_name(name)
             if not isinstance(t, Tensor):
                 raise TypeError(f"save_states: {name} is a {type(t).__name__}, not a Tensor")
             if name in attrs:
@@ -99,11 +111,37 @@ def save(fpath, model_states, aux_states):
                 )
             tensors[name] = to_numpy(t)
             attrs[name] = {"state_type": kind, "shape": list(t.shape), "dtype": str(t.dtype)}
-    npz = io.BytesIO()
-    np.savez(npz, **tensors)
     _write_zip_atomically(
-        fpath, {TENSOR_DICT_FILENAME: npz.getvalue(), STATES_ATTR_FILENAME: json.dumps(attrs)}
+        fpath, {TENSOR_DICT_FILENAME: _npz(tensors), STATES_ATTR_FILENAME: json.dumps(attrs)}
     )
+
+
+def _check_name(name):
+    """A state's name must come back from the file as it was: a str that a zip member's name
+    (NAME.npy: UTF-8, at most 65535 bytes, cut at a NUL by zipfile) can hold."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"save_states: a state's name must be a non-empty str, not {name!r}")
+    try:
+        fits = "\0" not in name and len(name.encode("utf-8")) <= _MAX_NAME_BYTES
+    except UnicodeEncodeError:  # a lone surrogate
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"save_states: the state name {_short(name)} cannot be stored in a zip (it must be "
+            f"UTF-8 of at most {_MAX_NAME_BYTES} bytes, without NUL); rename it"
+        )
+
+
+def _npz(arrays):
+    """The bytes of an npz holding `arrays` ({name: ndarray}), as np.savez writes it: one
+    stored NAME.npy member each. Written here because np.savez takes the names as keyword
+    arguments, where a state called "file" or "allow_pickle" would be taken for its own."""
+    npz = io.BytesIO()
+    with zipfile.ZipFile(npz, mode="w", compression=zipfile.ZIP_STORED) as zf:
+        for name, array in arrays.items():
+            with zf.open(name + ".npy", mode="w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
+    return npz.getvalue()
 
 
 def _write_zip_atomically(fpath, members):
@@ -112,7 +150,19 @@ def _write_zip_atomically(fpath, members):
 
     A symbolic link is followed: its final target is what gets replaced, so the link stays a
     link to the new checkpoint."""
-    target = os.path.realpath(_checked_path("save_states", fpath))
+    path = _checked_path("save_states", fpath)
+    target = os.path.realpath(path)
+    if os.path.isdir(target):
+        raise IsADirectoryError(
+            f"save_states: {path!r} is a folder; give the path of a file, e.g. "
+            f"{os.path.join(path, 'checkpoint.zip')!r}"
+        )
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(
+            f"save_states: cannot write {path!r}: the folder {folder!r} does not exist or is "
+            "not a folder; create it first"
+        )
     tmp_path, f = _create_beside(target)
     try:
         with f:
@@ -182,8 +232,8 @@ def load(fpath, model_states):
     for name, state in states.items():
         if state.kind == MODEL_STATE_TYPE:
             _check_finite(fpath, name, arrays[name])
-    aux = {
-        name: from_numpy(arrays[name], dev)
+    aux = {  # of the saved dtype (from_numpy would make an int64 counter int32)
+        name: Tensor(state.shape, dev, state.dtype, data=arrays[name], requires_grad=False)
         for name, state in states.items()
         if state.kind == AUX_STATE_TYPE
     }
@@ -197,19 +247,24 @@ def _read_checked(fpath, model_states, dev):
     """The checkpoint's arrays {name: ndarray} and entries {name: _State}, every one checked
     against the model and the device; CheckpointError naming the first problem otherwise."""
     try:
-        with _opened(fpath) as f, zipfile.ZipFile(f) as zf:
-            names = set(zf.namelist())
-            if not {TENSOR_DICT_FILENAME, STATES_ATTR_FILENAME} <= names:
-                raise CheckpointError(
-                    f"{fpath}: a zip without {TENSOR_DICT_FILENAME} and "
-                    f"{STATES_ATTR_FILENAME}; {_FIX}"
-                )
-            for name in (STATES_ATTR_FILENAME, TENSOR_DICT_FILENAME):
-                _check_member(fpath, zf.getinfo(name))
-            states = _parse_attrs(fpath, _read_attrs(fpath, zf))
-            _check_model_states(fpath, states, model_states)
-            _check_aux_states(fpath, states, dev)
-            return _read_arrays(fpath, zf, states), states
+        with _opened(fpath) as f:
+            _check_member_count(fpath, f)
+            with zipfile.ZipFile(f) as zf:
+                names = zf.namelist()
+                twice = sorted(name for name, n in collections.Counter(names).items() if n > 1)
+                if twice:  # zipfile reads the last copy, other tools the first: ambiguous
+                    raise _unreadable(fpath, f"the zip holds {_short(twice)} more than once")
+                if not {TENSOR_DICT_FILENAME, STATES_ATTR_FILENAME} <= set(names):
+                    raise CheckpointError(
+                        f"{fpath}: a zip without {TENSOR_DICT_FILENAME} and "
+                        f"{STATES_ATTR_FILENAME}; {_FIX}"
+                    )
+                for name in (STATES_ATTR_FILENAME, TENSOR_DICT_FILENAME):
+                    _check_member(fpath, zf.getinfo(name))
+                states = _parse_attrs(fpath, _read_attrs(fpath, zf))
+                _check_model_states(fpath, states, model_states)
+                _check_aux_states(fpath, states, dev)
+                return _read_arrays(fpath, zf, states), states
     except CheckpointError:
         raise
     except (
@@ -228,39 +283,33 @@ def _read_checked(fpath, model_states, dev):
 
 def _opened(fpath):
     """A context manager giving the checkpoint as a binary file: `fpath` itself if it is one,
-    else the file at the path `fpath`, which must be a regular file (stat follows symlinks).
-
-    Anything else is refused before it is opened: a FIFO would block, a device such as
-    /dev/zero would be read without end. The path is opened without blocking (a FIFO put in
-    its place meanwhile cannot hang), and checked again once open."""
+    else the file at the path `fpath`, which must be a regular file (regular_file.py: a FIFO
+    would block, a device such as /dev/zero would be read without end)."""
     if not isinstance(fpath, str):
         return contextlib.nullcontext(fpath)
-    _check_regular(fpath, os.stat(fpath))
-    nonblocking = getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(fpath, os.O_RDONLY | getattr(os, "O_BINARY", 0) | nonblocking)
-    try:
-        _check_regular(fpath, os.fstat(fd))
-        if nonblocking:
-            os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return os.fdopen(fd, "rb")
+    return open_regular(fpath, lambda problem: _unreadable(fpath, problem))
 
 
-def _check_regular(fpath, st):
-    """CheckpointError unless `st` (an os.stat result) is that of a regular file."""
-    if stat.S_ISREG(st.st_mode):
-        return
-    kinds = (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    kind = next((what for test, what in kinds if test(st.st_mode)), "not a file")
-    raise _unreadable(fpath, f"it is {kind}, not a regular file")
+def _check_member_count(fpath, f):
+    """The zip's end record counts at most MAX_MEMBERS members. zipfile builds an object for
+    every member it lists (about 500 bytes each) before anything else can be checked, so a
+    file of many empty members would take memory out of proportion to any checkpoint. A
+    count of 0xFFFF means "65535 or more, see the zip64 record": refused too."""
+    size = f.seek(0, os.SEEK_END)
+    tail_size = min(size, _ZIP_END_RECORDS)
+    f.seek(size - tail_size)
+    tail = f.read(tail_size)
+    f.seek(0)
+    at = tail.rfind(_END_RECORD_SIGNATURE)
+    if at < 0 or at + _END_RECORD_SIZE > len(tail):
+        return  # no end record: zipfile says the file is not a zip
+    (members,) = struct.unpack_from("<H", tail, at + _END_RECORD_COUNT_AT)
+    if members > MAX_MEMBERS:
+        raise _unreadable(
+            fpath,
+            f"the zip lists {members if members < 0xFFFF else 'at least 65535'} members, "
+            f"where a checkpoint has 2 (at most {MAX_MEMBERS} are read)",
+        )
 
 
 def _check_member(fpath, info, container=None):
@@ -344,6 +393,10 @@ def _parse_entry(fpath, name, entry):
         dtype = None
     if dtype is None:
         raise bad(f"has dtype {_short(entry['dtype'])}, not the name of a NumPy dtype")
+    # NumPy refuses a shape whose nonzero sizes span more bytes than it can address, even an
+    # empty one (0 x 10**30): refused here, before numpy would overflow reading its header.
+    if math.prod(d for d in shape if d) * dtype.itemsize > _MAX_SPAN:
+        raise bad(f"has shape {_short(shape)}, larger than any array can be")
     return _State(kind, tuple(shape), dtype)
 
 

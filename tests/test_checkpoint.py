@@ -207,6 +207,68 @@ def test_an_aux_state_named_like_a_model_state_is_refused(tmp_path):
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.parametrize("name", ["file", "allow_pickle", "ünïcode/with slash"])
+def test_an_aux_state_of_any_str_name_round_trips(tmp_path, name):
+    """Names reach the file as zip member names, never as keyword arguments (np.savez took
+    "allow_pickle" for its own and left the state out of a file it then wrote)."""
+    dev, m = compiled_mlp()
+    path = str(tmp_path / "ckpt.zip")
+    m.save_states(path, aux_states={name: tensor.from_numpy(np.arange(3, dtype=np.int32), dev)})
+    aux = compiled_mlp(seed=5)[1].load_states(path)
+    np.testing.assert_array_equal(tensor.to_numpy(aux[name]), [0, 1, 2])
+
+
+@pytest.mark.parametrize(
+    "name, error, message",
+    [
+        (7, TypeError, "a state's name must be a non-empty str, not 7"),
+        ("", TypeError, "a state's name must be a non-empty str, not ''"),
+        ("a\0b", ValueError, "cannot be stored in a zip"),
+        ("x" * 70_000, ValueError, "cannot be stored in a zip"),
+        ("\ud800", ValueError, "cannot be stored in a zip"),
+    ],
+    ids=["int", "empty", "nul", "too-long", "lone-surrogate"],
+)
+def test_a_name_a_zip_cannot_hold_is_refused_before_the_file_is_touched(
+    tmp_path, name, error, message
+):
+    dev, m = compiled_mlp()
+    path = tmp_path / "ckpt.zip"
+    m.save_states(str(path))
+    old = path.read_bytes()
+    with pytest.raises(error, match=message):
+        m.save_states(str(path), aux_states={name: tensor.from_numpy(np.ones(2, np.float32), dev)})
+    assert path.read_bytes() == old
+    assert os.listdir(tmp_path) == ["ckpt.zip"]
+
+
+def test_an_int64_aux_state_comes_back_int64(tmp_path):
+    """int64 (the device's random-number counters) beyond int32's range round-trips:
+    load_states must not pass it through from_numpy, which makes integers int32."""
+    dev, m = compiled_mlp()
+    counter = tensor.Tensor((2,), dev, np.int64, requires_grad=False)
+    counter.copy_from_numpy(np.array([2**40, -3], np.int64))
+    m.save_states(str(tmp_path / "ckpt.zip"), aux_states={"counter": counter})
+    aux = compiled_mlp(seed=5)[1].load_states(str(tmp_path / "ckpt.zip"))
+    assert aux["counter"].dtype == np.int64
+    np.testing.assert_array_equal(tensor.to_numpy(aux["counter"]), [2**40, -3])
+
+
+@pytest.mark.parametrize("where", ["missing-folder", "file-as-folder", "a-folder"])
+def test_a_save_to_a_path_that_cannot_be_a_file_names_that_path(tmp_path, where):
+    dev, m = compiled_mlp()
+    (tmp_path / "plain").write_text("x")
+    path, error, message = {
+        "missing-folder": (tmp_path / "no" / "ckpt.zip", FileNotFoundError, "does not exist"),
+        "file-as-folder": (tmp_path / "plain" / "ckpt.zip", FileNotFoundError, "not a folder"),
+        "a-folder": (tmp_path, IsADirectoryError, "is a folder; give the path of a file"),
+    }[where]
+    with pytest.raises(error, match=message) as info:
+        m.save_states(str(path))
+    assert repr(str(path)) in str(info.value) and ".nnmem-save-" not in str(info.value)
+    assert sorted(os.listdir(tmp_path)) == ["plain"]
+
+
 # -- loading is all or nothing ------------------------------------------------------------------
 @pytest.mark.parametrize(
     "aux",
@@ -508,6 +570,52 @@ def load_in_a_child(path):
         preexec_fn=limit_memory,
     )
     return result.stdout + result.stderr
+
+
+def test_an_empty_shape_too_large_for_numpy_is_refused_with_the_shape(tmp_path):
+    """0 x 10**30 holds nothing, but numpy cannot even describe it (an OverflowError escaped
+    from its header reader)."""
+    dev, m = compiled_mlp()
+    arrays = states_of(m)
+    attrs = attrs_of(arrays)
+    attrs["aux"] = {"state_type": 1, "shape": [0, 10**30], "dtype": "float32"}
+    npz = npz_with_members({f"{k}.npy": npy_bytes(a) for k, a in arrays.items()} | {"aux.npy": b""})
+    path = write_checkpoint(tmp_path / "c.zip", attrs, npz)
+    before = states_of(m)
+    with pytest.raises(CheckpointError, match=r"'aux' has shape \[0, 1000.*larger than any"):
+        m.load_states(path)
+    assert_bit_identical(m, before)
+
+
+def test_a_member_listed_twice_is_refused(tmp_path):
+    """zipfile reads the last of two members of one name, other tools the first."""
+    dev, m = compiled_mlp()
+    arrays = states_of(m)
+    other = {k: np.full_like(a, 7) for k, a in arrays.items()}
+    path = tmp_path / "c.zip"
+    with pytest.warns(UserWarning, match="Duplicate name"):
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("tensor_dict.npz", npz_of(arrays))
+            zf.writestr("states_attr.json", json.dumps(attrs_of(arrays)))
+            zf.writestr("tensor_dict.npz", npz_of(other))
+    before = states_of(m)
+    with pytest.raises(CheckpointError, match=r"holds \['tensor_dict.npz'\] more than once"):
+        m.load_states(str(path))
+    assert_bit_identical(m, before)
+
+
+@pytest.mark.parametrize("members", [2000, 70_000])
+def test_a_zip_of_many_members_is_refused_before_its_directory_is_read(tmp_path, members):
+    """zipfile builds an object per member listed, about 7 times the file's size in memory,
+    before anything can be checked: the end record's count is read first."""
+    dev, m = compiled_mlp()
+    path = tmp_path / "c.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for i in range(members):
+            zf.writestr(f"{i:x}", b"")
+    peak, message = peak_bytes_of(lambda: m.load_states(str(path)))
+    assert "where a checkpoint has 2 (at most 1024 are read)" in message, message
+    assert peak < path.stat().st_size, (peak, path.stat().st_size)
 
 
 @pytest.mark.skipif(os.name != "posix", reason="FIFOs, /dev/zero and rlimits are POSIX")

@@ -260,6 +260,54 @@ def test_read_idx_refuses_a_gzip_bomb_before_decompressing_it(tmp_path):
     assert peak < 2**20  # the 64 MiB were never decompressed
 
 
+def test_read_idx_grows_a_gzip_buffer_as_the_data_comes(tmp_path):
+    """A header within deflate's ratio but far beyond the data (1 GiB announced, 2 MiB there)
+    costs what is there, not what is announced: the buffer doubles as the data arrives."""
+    path = tmp_path / "short-idx1-ubyte.gz"
+    rng = np.random.default_rng(0)
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(bytes([0, 0, 0x08, 1]) + np.array([2**30], ">u4").tobytes())
+        f.write(rng.integers(0, 256, 2 * 2**20, dtype=np.uint8).tobytes())  # incompressible
+    assert path.stat().st_size * 1032 > 2**30  # so the ratio check lets it through
+    peak, message = _peak_bytes_while_refused(read_idx, path)
+    assert f"needs {2**30} bytes after the 8-byte header, but only {2 * 2**20} are there" in message
+    assert peak < 16 * 2**20, peak
+
+
+def test_read_idx_stops_at_the_first_chunk_of_trailing_gzip_data(tmp_path):
+    """64 MiB of zeros after a complete array: one chunk says there is more, the rest is not
+    decompressed to count it."""
+    path = tmp_path / "long.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(_idx_bytes(np.zeros(3, np.uint8)))
+        for _ in range(4):
+            f.write(bytes(16 * 2**20))
+    with pytest.raises(DataFormatError, match=r"needs 3 bytes.*but at least 1048579 are there"):
+        read_idx(path)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="FIFOs are POSIX")
+@pytest.mark.parametrize("reader", ["idx", "cifar", "mnist"])
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_path_that_is_not_a_regular_file_is_refused_unopened(tmp_path, reader, kind):
+    """A FIFO would block the reader until someone writes to it; load_mnist passes it on to
+    read_idx, which says what it is, rather than calling the file missing."""
+    name = "train-images-idx3-ubyte" if reader == "mnist" else "thing"
+    path = tmp_path / name
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    if reader == "mnist":  # its partner file is there
+        write_idx(tmp_path / "train-labels-idx1-ubyte", np.zeros(1, np.uint8))
+    read = {
+        "idx": read_idx,
+        "cifar": read_cifar10_batch,
+        "mnist": lambda _: load_mnist(tmp_path),
+    }[reader]
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a directory"
+    with pytest.raises(DataFormatError, match=re.escape(f"{name}: cannot read it as a data")) as e:
+        read(path)
+    assert f"it is {what}, not a regular file" in str(e.value)
+
+
 def _sparse_file(path, head: bytes, size: int):
     """A file of `size` bytes starting with `head`, the rest a hole
     (no disk blocks where supported)."""

@@ -22,7 +22,7 @@ LAYERS = [
     ("tensor", ["nnmem.tensor"]),
     ("device", ["nnmem.device", "nnmem.devices"]),
     ("memory", ["nnmem.memory"]),
-    ("leaves", ["nnmem.kernels", "nnmem.interrupts", "nnmem.search"]),
+    ("leaves", ["nnmem.kernels", "nnmem.interrupts", "nnmem.search", "nnmem.regular_file"]),
 ]  # fmt: skip
 
 

@@ -17,7 +17,8 @@ import os
 
 import numpy as np
 
-from .errors import _format_error, _plural
+from ..regular_file import open_regular
+from .errors import _format_error, _not_a_file, _plural
 
 __all__ = ["read_cifar10_batch", "write_cifar10_batch", "load_cifar10", "CIFAR10_CLASSES"]
 
@@ -49,11 +50,12 @@ def read_cifar10_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]
 
     Returns (x, y): x uint8 (N, 3, 32, 32), channels R, G, B; y int32 (N,) in 0..9.
 
-    Raises :class:`DataFormatError` when the file is empty, its size is not a multiple
-    of 3073 bytes (one record), or a label is above 9. A missing file raises the usual
+    Raises :class:`DataFormatError` when the path is not a regular file (a folder, a FIFO,
+    a device), the file is empty, its size is not a multiple of 3073 bytes (one record), or a
+    label is above 9. A missing file raises the usual
     FileNotFoundError.
     """
-    with open(path, "rb") as f:
+    with open_regular(os.fspath(path), lambda problem: _not_a_file(path, problem)) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0 or size % _RECORD:  # checked before reading: a wrong file may be huge
             raise _not_a_batch(path, size)
@@ -141,13 +143,13 @@ def load_cifar10(
     train_paths = [
         os.path.join(directory, n)
         for n in _TRAIN_FILES
-        if os.path.isfile(os.path.join(directory, n))
+        if os.path.exists(os.path.join(directory, n))  # not a file: read_cifar10_batch says so
     ]
     test_path = os.path.join(directory, _TEST_FILE)
     missing = []
     if not train_paths:
         missing.append(f"any of {', '.join(_TRAIN_FILES)}")
-    if not os.path.isfile(test_path):
+    if not os.path.exists(test_path):
         missing.append(_TEST_FILE)
     if missing:
         where = "" if os.path.isdir(directory) else " (the directory does not exist)"

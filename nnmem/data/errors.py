@@ -26,3 +26,13 @@ def _format_error(path: str | os.PathLike | None, problem: str, fix: str) -> Dat
 def _plural(n: int, word: str) -> str:
     """Count and noun for a message: 1 byte, 2 bytes."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _not_a_file(path: str | os.PathLike, problem: str) -> DataFormatError:
+    """The error for a path that names something else than a regular file (regular_file.py
+    says what: a folder, a FIFO, a device)."""
+    return _format_error(
+        path,
+        f"cannot read it as a data file: {problem}.",
+        "pass the path of the file itself (a FIFO would block, a device never end).",
+    )

@@ -22,7 +22,8 @@ import zlib
 
 import numpy as np
 
-from .errors import _format_error, _plural
+from ..regular_file import open_regular
+from .errors import _format_error, _not_a_file, _plural
 
 __all__ = ["read_idx", "write_idx", "load_mnist", "IDX_TYPES"]
 
@@ -65,19 +66,21 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     int16, int32, float32 or float64 following the type code. MNIST image files
     give uint8 (N, 28, 28), label files uint8 (N,).
 
-    Memory is bounded by what the header announces: the header is read first, a size the
-    file cannot hold is refused before any data is read (for gzip, more than deflate's
-    1032:1 maximum ratio allows), and then exactly the announced bytes are read, a chunk
-    at a time, into the result.
+    Memory is bounded by what the header announces and by what the file holds: the header
+    is read first, a size the file cannot hold is refused before any data is read (for gzip,
+    more than deflate's 1032:1 maximum ratio allows), and then at most the announced bytes
+    are read, a chunk at a time, into the result (for gzip, into a buffer that grows as the
+    data arrives); one chunk more says whether anything trails them.
 
     Raises :class:`DataFormatError` (naming the file, the problem and a fix) when the
-    file is not IDX (bad magic), has an unknown type code, announces a shape no NumPy
-    array can have (more than 64 dimensions, 32 before NumPy 2.0; or nonzero sizes whose
-    product in bytes exceeds the address space, as 0 x 4G x 4G x 4G), holds fewer data
-    bytes than its header announces (truncated) or more (trailing bytes), or is a broken
-    gzip stream. A missing file raises the usual FileNotFoundError.
+    path is not a regular file (a folder, a FIFO, a device), the file is not IDX (bad
+    magic), has an unknown type code, announces a shape no NumPy array can have (more than
+    64 dimensions, 32 before NumPy 2.0; or nonzero sizes whose product in bytes exceeds the
+    address space, as 0 x 4G x 4G x 4G), holds fewer data bytes than its header announces
+    (truncated) or more (trailing bytes), or is a broken gzip stream. A missing file raises
+    the usual FileNotFoundError.
     """
-    with open(path, "rb") as raw:
+    with open_regular(os.fspath(path), lambda problem: _not_a_file(path, problem)) as raw:
         file_size = os.fstat(raw.fileno()).st_size
         compressed = raw.read(2) == _GZIP_MAGIC
         raw.seek(0)
@@ -126,13 +129,18 @@ def _read_idx_stream(path, stream, file_size: int, compressed: bool) -> np.ndarr
             _REFETCH
             + "; if you wrote the file yourself, check the dimensions written in its header.",
         )
-    data = np.empty(expected, np.uint8)
-    found = _read_into(stream, data)
+    # A raw file's size was checked against the header: its buffer is allocated whole. A gzip
+    # stream's is grown as the data arrives, so a header announcing more than the stream
+    # holds (up to deflate's ratio, 96 GiB for a 100 MiB file) costs only what is there.
+    data, found = _read_upto(
+        stream, expected, initial=min(expected, _CHUNK) if compressed else expected
+    )
     if found < expected:
         raise _truncated(path, described, header, expected, found)
-    extra = _count_rest(stream)
+    extra = len(stream.read(_CHUNK))  # a chunk says there is more: no need to read it all
     if extra:
-        raise _trailing(path, described, header, expected, expected + extra)
+        at_least = extra == _CHUNK  # a full chunk: there may be more
+        raise _trailing(path, described, header, expected, expected + extra, at_least)
     return data.view(dtype).astype(dtype.newbyteorder("="), copy=False).reshape(shape)
 
 
@@ -199,33 +207,30 @@ def _truncated(path, described: str, header: int, expected: int, found: int):
     )
 
 
-def _trailing(path, described: str, header: int, expected: int, found: int):
+def _trailing(path, described: str, header: int, expected: int, found: int, at_least=False):
+    more = "at least " if at_least else ""
     return _format_error(
         path,
         f"trailing bytes: the header announces {described}, which needs {expected} bytes after the "
-        f"{header}-byte header, but {found} are there ({found - expected} extra).",
+        f"{header}-byte header, but {more}{found} are there ({more}{found - expected} extra).",
         _REFETCH + "; if you wrote the file yourself, check the dimensions written in its header.",
     )
 
 
-def _read_into(stream, out: np.ndarray) -> int:
-    """Fill the uint8 array `out` from `stream` a chunk at a time (no second copy of the whole);
-    return how many bytes were read, fewer than out.size if the stream ended first."""
-    view, filled = memoryview(out), 0
-    while filled < out.size:
-        n = stream.readinto(view[filled : filled + _CHUNK])
+def _read_upto(stream, expected: int, initial: int) -> tuple[np.ndarray, int]:
+    """(buffer, bytes read): at most `expected` bytes of `stream`, read a chunk at a time into
+    a uint8 buffer of `initial` bytes that doubles (up to `expected`) whenever it is full."""
+    data, filled = np.empty(initial, np.uint8), 0
+    while filled < expected:
+        if filled == data.size:
+            grown = np.empty(min(expected, 2 * data.size), np.uint8)
+            grown[:filled] = data
+            data = grown
+        n = stream.readinto(memoryview(data)[filled : min(data.size, filled + _CHUNK)])
         if not n:
             break
         filled += n
-    return filled
-
-
-def _count_rest(stream) -> int:
-    """How many bytes are left in `stream`, read a chunk at a time and dropped."""
-    count = 0
-    while chunk := stream.read(_CHUNK):
-        count += len(chunk)
-    return count
+    return data, filled
 
 
 def write_idx(path: str | os.PathLike, array, gzip: bool = False) -> str:
@@ -260,9 +265,11 @@ def write_idx(path: str | os.PathLike, array, gzip: bool = False) -> str:
 
 
 def _find(directory: str, base: str) -> str | None:
+    """The file `base` or `base`.gz in `directory` (read_idx says so if it is not a regular
+    file: a FIFO or a folder of that name is not "missing")."""
     for name in (base, base + ".gz"):
         candidate = os.path.join(directory, name)
-        if os.path.isfile(candidate):
+        if os.path.exists(candidate):
             return candidate
     return None
 
