@@ -34,6 +34,7 @@ from nnmem.graph.executor import CompiledStep, PlanTooLarge
 from nnmem.graph.offload import POLICIES
 from nnmem.graph.recompute import STRATEGIES
 from nnmem.graph.recorder import Recorder
+from nnmem.interrupts import deferred_interrupts
 from nnmem.layer import Layer
 from nnmem.memory import format_bytes, parse_bytes
 from nnmem.memory.cache import TensorCache
@@ -228,11 +229,12 @@ class Model(Layer):
                     return step(*inputs, **kwargs)  # eager (or inside another model's recording)
                 return self._run_graph(dev, step, inputs, kwargs)
             except BaseException as e:
-                if before is not None and dev.commits == before.commits:
-                    before.restore(self)  # failed before any update: undo the rest
-                step_failed = getattr(self.optimizer, "step_failed", None)  # DistOpt's
-                if self.training and step_failed is not None:
-                    step_failed(e)
+                with deferred_interrupts():  # a second Ctrl-C waits for the undo to end
+                    if before is not None and dev.commits == before.commits:
+                        before.restore(self)  # failed before any update: undo the rest
+                    step_failed = getattr(self.optimizer, "step_failed", None)  # DistOpt's
+                    if self.training and step_failed is not None:
+                        step_failed(e)
                 if isinstance(e, MemoryError):
                     # The failed step's tensors are held by the frames of the traceback: drop
                     # them, so that a retry in the caller's `except` (a smaller batch) has the

@@ -135,7 +135,25 @@ def _optimizer_dtype(owner, dtype):
     return found
 
 
+def _check_gradient_sizes(gradients):
+    """ValueError unless every gradient has as many elements as its parameter. The update
+    kernels refuse a mismatch too, but in the commit, after other parameters were updated: a
+    half-applied step. An operator whose backward returns a wrong shape is the usual cause."""
+    wrong = [
+        f"{param.name} is {param.shape} but its gradient {grad.shape}"
+        for param, grad in gradients
+        if math.prod(grad.shape) != math.prod(param.shape)
+    ]
+    if wrong:
+        raise ValueError(
+            f"optimizer: gradients of another size than their parameters ({'; '.join(wrong)}); "
+            "the backward of the operator that makes the gradient returns a wrong shape: fix it"
+        )
+
+
 # -- optimizers ------------------------------------------------------------------------------
+
+
 class Optimizer:
     """The base: a learning rate (a number or a DecayScheduler), SINGA's dtype (stored: the
     parameters keep their own), the step counter and every parameter's state.
@@ -164,6 +182,7 @@ class Optimizer:
         """The two phases for (parameter, gradient) pairs: make every state the updates
         need, then, in the commit phase, update every parameter, advance the step counter
         and call then() (a wrapper's own part of the commit: DistOpt's residuals)."""
+        _check_gradient_sizes(gradients)  # here: an update kernel refusing one would cut the commit
         self._allocate_state([param for param, _ in gradients], device)
         with device.commit_phase():
             for param, grad in gradients:

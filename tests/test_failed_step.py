@@ -661,3 +661,79 @@ def test_a_failed_first_step_leaves_no_dropout_draw_behind(compile_first):
         return loss, int(tensor.to_numpy(dev.rng_state)[0])
 
     assert run(True) == run(False)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT is raised with signal.raise_signal")
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_a_second_ctrl_c_during_the_undo_waits_for_it_to_end(use_graph, python_ctrl_c):
+    """The first Ctrl-C comes late in backward; the second while the undo writes BatchNorm's
+    statistics back. The undo ends first (it left them half-written), then the interrupt."""
+    dev, m, tx, ty = setup(use_graph)
+    ref = setup(use_graph)
+    for model_and_inputs in ((m, tx, ty), ref[1:]):
+        step(*model_and_inputs, DATA[0])
+    before = snapshot(m)
+    armed = []
+    if use_graph:
+        compiled = m.compiled_step(tx, ty)
+        k = compiled.commit_start - 1
+        name, fn, arrays = compiled.calls[k]
+
+        def first_ctrl_c(*arrays):
+            armed.append(1)
+            signal.raise_signal(signal.SIGINT)
+
+        compiled.calls[k] = (name, first_ctrl_c, arrays)
+    else:
+        original_exec = dev.exec
+
+        def exec_(fn, reads, writes, phase="forward", **kwargs):
+            if phase == "backward" and not armed:
+                armed.append(1)
+                signal.raise_signal(signal.SIGINT)
+            return original_exec(fn, reads, writes, phase=phase, **kwargs)
+
+        dev.exec = exec_
+    original_write, undo_writes = dev._write_from_host, []
+
+    def write(t, value):
+        if armed:  # the step's inputs were written before: these are the undo's writes
+            undo_writes.append(t.name)
+            if len(undo_writes) == 1:
+                signal.raise_signal(signal.SIGINT)  # the second Ctrl-C, at the first of them
+        return original_write(t, value)
+
+    dev._write_from_host = write
+    fail_and_forget(lambda: step(m, tx, ty, DATA[1]), KeyboardInterrupt)
+    dev._write_from_host = original_write
+    if use_graph:
+        compiled.calls[k] = (name, fn, arrays)
+    else:
+        dev.exec = original_exec
+    assert undo_writes == ["bn.running_mean", "bn.running_var"]  # on past the second Ctrl-C
+    assert_same(snapshot(m), before)
+    for model_and_inputs in ((m, tx, ty), ref[1:]):
+        step(*model_and_inputs, DATA[1])
+    assert_same(snapshot(m), snapshot(ref[1]))
+
+
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_a_gradient_of_the_wrong_size_is_refused_before_any_update(use_graph, monkeypatch):
+    """An operator whose backward returns a wrong shape: the update kernel would refuse it in
+    the commit, after other parameters were updated. It is refused before the commit."""
+    dev, m, tx, ty = setup(use_graph)
+    if not use_graph:
+        step(m, tx, ty, DATA[0])  # optimizer state exists; graph mode records the next step
+    before = snapshot(m)
+    original = autograd.backward
+
+    def backward(loss):
+        pairs = list(original(loss))
+        param, grad = pairs[0]
+        pairs[0] = (param, tensor.from_numpy(np.zeros(grad.shape[:-1], np.float32), dev))
+        return iter(pairs)
+
+    monkeypatch.setattr(autograd, "backward", backward)
+    with pytest.raises(ValueError, match="gradients of another size than their parameters"):
+        step(m, tx, ty, DATA[1])
+    assert_same(snapshot(m), before)
