@@ -103,7 +103,12 @@ class Model(Layer):
         concurrency: how many threads each operation runs with, "off" (all the cores, one
         operation at a time), "auto", or the strategies "1", "1-2", "1-3", "1-4" of Runtime
         Concurrency Control and Operation Scheduling (graph mode on the CPU device only; see
-        nnmem.graph.concurrency): the first replays profile every operation's thread count."""
+        nnmem.graph.concurrency): the first replays profile every operation's thread count.
+
+        The budget and eager offloading (offload without use_graph: the device's tensor cache)
+        belong to the device: the last compile on a device sets them for every model on it.
+        It waits for a step another thread is running on the device, and first brings back
+        to the device what the previous cache moved to the host."""
         if not inputs or not all(isinstance(t, Tensor) for t in inputs):
             raise TypeError("compile(inputs): give a list of input tensors, e.g. [tx]")
         if recompute not in STRATEGIES:
@@ -150,14 +155,18 @@ class Model(Layer):
         self.recompute_strategy = recompute
         self.offload_policy, self.async_offload = offload, async_offload
         self.concurrency = concurrency
-        dev.pool.budget = budget
         # eager offloading is the device's tensor cache ("dyn": the cache moves tensors only
         # when memory runs short, which is already dynamic, so it keeps every candidate)
         eager_offload = offload != "none" and not use_graph
-        dev.cache = (
-            TensorCache(dev, "conv" if offload == "conv" else "all") if eager_offload else None
-        )
-        with dev.lock:  # the dry run switch is the device's: no other thread's op may see it
+        # The budget, the cache and the dry run switch are the device's: changed under its lock,
+        # so never in the middle of another thread's step on the device.
+        with dev.lock:
+            if dev.cache is not None:
+                dev.cache.bring_back()  # what it evicted (outputs kept by the user) comes back
+            dev.pool.budget = budget
+            dev.cache = (
+                TensorCache(dev, "conv" if offload == "conv" else "all") if eager_offload else None
+            )
             dev.dry_run = True
             previous = autograd.training
             autograd.training = is_train

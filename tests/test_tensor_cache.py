@@ -1,6 +1,8 @@
 """Eager offloading: SuperNeurons' Unified Tensor Pool with its LRU tensor cache
 (nnmem.memory.cache)."""
 
+import threading
+
 import numpy as np
 import pytest
 from training import assert_identical, batches, train
@@ -145,17 +147,71 @@ def test_a_failed_copy_changes_nothing(direct_convolutions):
     assert losses == reference[0]
 
 
-def test_an_evicted_tensor_reads_back_through_every_path():
-    """to_numpy, a host write and an operation all bring an evicted tensor back first."""
-    dev = device.create_cpu_device("64MiB")
-    dev.cache = TensorCache(dev, "all")
+def evicted_tensor(dev):
+    """A tensor made during a step and moved to the host by the device's cache."""
     with dev.step():  # made during a step: an activation, as far as the cache can tell
         t = tensor.from_numpy(np.arange(1024, dtype=np.float32), dev)
         dev.cache.consider("test", [t.block])
         dev.cache._copy_out(dev.cache.resident.pop(id(t.block)))
         dev.cache._settle(id(t.block), keep_on_device=False)
-    assert t.block.offset is None and t.block.host is not None and t.block.allocated
+    assert t.block.host is not None
+    return t
+
+
+def test_an_evicted_tensor_reads_back_through_every_path():
+    """to_numpy, a host write and an operation all bring an evicted tensor back first."""
+    dev = device.create_cpu_device("64MiB")
+    dev.cache = TensorCache(dev, "all")
+    t = evicted_tensor(dev)
+    assert t.block.offset is None and t.block.allocated
     np.testing.assert_array_equal(tensor.to_numpy(t), np.arange(1024, dtype=np.float32))
     assert t.block.host is None and dev.memory_stats()["cache.misses"] == 1
     del t  # freeing a tensor frees its host copy too
     assert dev.memory_stats()["host.allocated_bytes.current"] == 0
+
+
+@pytest.mark.parametrize("offload", ["none", "conv"])
+def test_compiling_another_model_brings_back_what_the_cache_moved_out(offload):
+    """The cache is the device's, and only a cache fetches what it evicted: a compile that
+    replaces it (or drops it) brings the evicted tensors back first. They were read through
+    a cache that was gone (an AttributeError) before."""
+    dev = device.create_cpu_device("64MiB")
+    first = mlp()
+    first.compile([tensor.PlaceHolder((4, 1, 28, 28), dev)], is_train=True, offload="all")
+    kept = evicted_tensor(dev)  # an output the user holds on to
+    second = mlp()
+    second.compile([tensor.PlaceHolder((4, 1, 28, 28), dev)], is_train=True, offload=offload)
+    assert kept.block.host is None and kept.block.offset is not None
+    assert (dev.cache is None) == (offload == "none")
+    np.testing.assert_array_equal(tensor.to_numpy(kept), np.arange(1024, dtype=np.float32))
+    assert dev.memory_stats()["host.allocated_bytes.current"] == 0
+
+
+def test_a_compile_waits_for_another_threads_step_on_the_device():
+    """The budget and the cache would otherwise change under a running step (a step with
+    evicted tensors then read them through no cache at all)."""
+    dev = device.create_cpu_device("64MiB")
+    first = mlp()
+    tx = tensor.PlaceHolder((4, 1, 28, 28), dev)
+    first.compile([tx], is_train=False, offload="all")
+    tx.copy_from_numpy(np.zeros((4, 1, 28, 28), np.float32))
+    compiled, seen_during_the_step = threading.Event(), []
+
+    def compile_another():
+        mlp().compile([tensor.PlaceHolder((4, 1, 28, 28), dev)], is_train=False)
+        compiled.set()
+
+    original = dev.exec
+
+    def exec_(fn, reads, writes, **kwargs):
+        if not seen_during_the_step:  # the step's first operation: start the other compile
+            threading.Thread(target=compile_another).start()
+            compiled.wait(0.5)
+            seen_during_the_step.append((compiled.is_set(), dev.cache is not None))
+        return original(fn, reads, writes, **kwargs)
+
+    dev.exec = exec_
+    first(tx)
+    dev.exec = original
+    assert seen_during_the_step == [(False, True)]  # not compiled yet, the cache still there
+    assert compiled.wait(60) and dev.cache is None  # then it was

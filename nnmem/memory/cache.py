@@ -37,6 +37,7 @@ class TensorCache:
         self.policy = policy
         self.resident = OrderedDict()  # id(block) -> block: candidates on the device, LRU first
         self.pending = OrderedDict()  # id(block) -> (block, host block, event): copying out
+        self.evicted = {}  # id(block) -> block: on the host only, until fetched or freed
         self.locked = {}  # id(block) -> how many current operations hold it
         self.born = set()  # ids of the blocks allocated during this step (Device.alloc_block)
         self.counters = {}
@@ -85,6 +86,7 @@ class TensorCache:
         """`block` is being freed: no copy of it is needed any more."""
         key = id(block)
         self.resident.pop(key, None)
+        self.evicted.pop(key, None)
         self.born.discard(key)  # the id may be reused by a later block
         if block.host is not None:
             block.host.release()
@@ -116,6 +118,21 @@ class TensorCache:
         finally:
             block.dec_ref()
 
+    def bring_back(self):
+        """Put every tensor this cache moved out back on the device, before the device drops
+        the cache (Model.compile with other settings): only a cache fetches what it evicted.
+        The bytes come from the pool alone, evicting nothing; OutOfMemory if they do not fit
+        (what came back stays, the rest stays evicted: the cache is still the device's)."""
+        dev = self.device
+        for key in list(self.pending):
+            self._settle(key, keep_on_device=True)
+        dev.cache = None  # allocate from the pool itself, not through this cache
+        try:
+            for block in list(self.evicted.values()):
+                self.fetch(block)
+        finally:
+            dev.cache = self
+
     def _fetch(self, block):
         dev = self.device
         host = block.host
@@ -137,6 +154,7 @@ class TensorCache:
             block.offset, block.host = None, host
             raise
         host.release()
+        self.evicted.pop(id(block), None)
         self.resident[id(block)] = block
         self.counters["cache.misses"] += 1
         self.counters["cache.bytes_to_device"] += block.nbytes
@@ -191,6 +209,7 @@ class TensorCache:
         else:
             self.device.pool.free(block.offset)
             block.offset, block.host = None, host
+            self.evicted[key] = block
             self.counters["cache.bytes_to_host"] += block.nbytes
         block.dec_ref()  # dead by now? then it is freed here, host copy and all
 
