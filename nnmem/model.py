@@ -339,7 +339,14 @@ class Model(Layer):
         self._graphs[key] = compiled
         if not dev.runs_kernels:  # planned, not run: values exist only on a real device
             return result
-        return compiled.replay(tensors)
+        commits = dev.commits
+        try:
+            return compiled.replay(tensors)
+        except BaseException:
+            if dev.commits == commits:  # its first run failed before the commit: keep nothing
+                del self._graphs[key]  # (so the undo forgets the optimizer state it made)
+                compiled.leave_arenas()
+            raise
 
     def _record(self, dev, step, inputs, kwargs):
         """(recorder, result): the step recorded, nothing run."""

@@ -42,14 +42,14 @@ class BNNet(model.Model):
 DATA = batches((4, 1, 8, 8), 3, seed=1)
 
 
-def setup(use_graph, optimizer=None, pool="64MiB", seed=0):
+def setup(use_graph, optimizer=None, pool="64MiB", seed=0, **compile_options):
     dev = device.create_cpu_device(pool)
     dev.SetRandSeed(seed)
     m = BNNet()
     m.set_optimizer(optimizer or opt.SGD(lr=0.1, momentum=0.9, weight_decay=1e-3))
     tx = tensor.PlaceHolder(DATA[0][0].shape, dev)
     ty = tensor.PlaceHolder(DATA[0][1].shape, dev, tensor.int32)
-    m.compile([tx], is_train=True, use_graph=use_graph)
+    m.compile([tx], is_train=True, use_graph=use_graph, **compile_options)
     tx.copy_from_numpy(DATA[0][0])  # inputs allocated: what a step allocates is all its own
     ty.copy_from_numpy(DATA[0][1])
     return dev, m, tx, ty
@@ -538,6 +538,30 @@ def test_a_first_graph_step_that_does_not_fit_keeps_no_optimizer_state():
     fail_and_forget(lambda: m(tx, ty), OutOfMemory)
     assert m.optimizer.moments == {} and m.optimizer.step_counter == 0
     assert dev.memory_stats()["allocated_bytes.current"] == allocated
+
+
+@pytest.mark.parametrize("options", [{}, {"offload": "all"}, {"recompute": "memory"}])
+def test_a_first_graph_step_that_fails_while_it_runs_keeps_nothing(options):
+    """A bad label found by the first replay: the graph, its arena and the optimizer state
+    made for it are dropped, as when its plan does not fit; the next steps record again."""
+    dev, m, tx, ty = setup(True, **options)
+    before, allocated = snapshot(m), dev.memory_stats()["allocated_bytes.current"]
+    bad = (DATA[0][0], np.full_like(DATA[0][1], 10))  # 10 classes: labels 0..9
+    with pytest.raises(ValueError):
+        try:
+            step(m, tx, ty, bad)
+        except ValueError:  # the traceback still holds the compiled step, not its arena
+            assert dev.graph_arena.offset is None
+            raise
+    gc.collect()
+    assert_same(snapshot(m), before)
+    assert m.optimizer.moments == {} and m._graphs == {}
+    assert dev.memory_stats()["allocated_bytes.current"] == allocated
+    reference = setup(True, **options)
+    for batch in DATA:
+        step(m, tx, ty, batch)
+        step(*reference[1:], batch)
+    assert_same(snapshot(m), snapshot(reference[1]))
 
 
 class DropNet(BNNet):

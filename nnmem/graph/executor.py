@@ -184,9 +184,8 @@ class CompiledStep:
         strategy = self.recompute_strategy if recompute_strategy is None else recompute_strategy
         planned = self.plan(sequential, strategy, self.offload if offload is None else offload)
         previous = {k: getattr(self, k, None) for k in self._COMPILED_STATE}
-        arena, host_arena = self.device.graph_arena, self.device.host.graph_arena
-        arena.leave(self)
-        host_arena.leave(self)
+        arena = self.device.graph_arena
+        self.leave_arenas()
         stats = self.device.pool.stats()
         in_arena = 1 if arena.offset is not None else 0
         for key, value in planned.items():
@@ -198,8 +197,7 @@ class CompiledStep:
         try:
             self._join_arenas()
         except BaseException:  # out of memory, or anything else: the old layout, as it was
-            arena.leave(self)
-            host_arena.leave(self)
+            self.leave_arenas()
             if previous["layout"] is None:  # the first layout: nothing to go back to
                 raise
             for key, value in previous.items():
@@ -228,6 +226,12 @@ class CompiledStep:
         "persistent_bytes",
         "engine",
     )
+
+    def leave_arenas(self):
+        """Take the step out of the device's and the host pool's arenas; an arena no step
+        uses any more goes back to its pool."""
+        self.device.graph_arena.leave(self)
+        self.device.host.graph_arena.leave(self)
 
     def _join_arenas(self):
         """Place the step in the host pool's arena and the device's, then build its calls."""
