@@ -13,6 +13,7 @@ from nnmem.cli import main
 from nnmem.cli import plan as plan_command
 from nnmem.cli import train as train_command
 from nnmem.cli.divergence import StateCopy, first_nonfinite_layer
+from nnmem.communicator import DistributedError
 from nnmem.data import load
 from nnmem.layer import Layer
 from nnmem.models import create_model
@@ -135,6 +136,10 @@ def one_line_error(capsys):
         ("--pool", "0", "at least 1 byte"),
         ("--seed", "-1", "0 or more"),
         ("--depth", "0", "at least 1"),
+        ("--depth", "99999998", "at most 20000"),
+        ("--pool", "100B", "at least 256 bytes"),
+        ("--link-gbps", "1e-300", "at least 0.01 GB/s"),  # a copy's sleep overflowed the clock
+        ("--save-states", "", "give a file name"),
     ],
 )
 def test_train_refuses_a_bad_flag_on_one_line(capsys, flag, value, says):
@@ -168,6 +173,7 @@ def test_distributed_flags_without_mpiexec_are_one_line(capsys, extra, says):
         ("--batch", "0", "at least 1"),
         ("--batch-size", "0", "at least 1"),
         ("--depth", "-5", "at least 1"),
+        ("--depth", "99999998", "at most 20000"),  # planned on without a word for minutes
         ("--num-classes", "0", "at least 1"),
         ("--input", "3x0x32", "3x224x224"),
         ("--budget", "0", "at least 1 byte"),
@@ -179,9 +185,59 @@ def test_plan_refuses_a_bad_flag_on_one_line(capsys, flag, value, says):
     assert line.startswith("nnmem plan: error: argument ") and flag in line and says in line
 
 
-def test_plan_names_the_valid_depths(capsys):
-    assert main(["plan", "--model", "resnet", "--depth", "21"]) == 2
-    assert "6n + 2" in one_line_error(capsys)
+@pytest.mark.parametrize("command", ["plan", "train"])
+def test_a_depth_no_resnet_has_names_the_flag_and_the_valid_depths(capsys, command):
+    assert main([command, "--model", "resnet", "--depth", "21"]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith(f"nnmem {command}: error: argument --depth: ") and "6n + 2" in line
+
+
+@pytest.mark.parametrize(
+    "model,sample", [("resnet", "3x32"), ("cnn", "1x8x8"), ("densenet", "1x2x2")]
+)
+def test_an_input_the_model_cannot_take_names_the_flag(capsys, model, sample):
+    assert main(["plan", "--model", model, "--input", sample]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith(f"nnmem plan: error: argument --input: {model} cannot take samples")
+
+
+def test_a_pool_this_machine_cannot_allocate_names_the_flag(capsys):
+    assert main(["train", "--pool", "100PiB", "--epochs", "1", "--max-batches", "1"]) == 2
+    line = one_line_error(capsys)
+    assert "argument --pool: cannot allocate 100.0 PiB on this machine" in line
+
+
+@pytest.mark.parametrize("where", ["missing-folder", "a-folder"])
+def test_save_states_is_checked_before_any_work(capsys, tmp_path, monkeypatch, where):
+    """It is written after the first epoch: a bad path used to end a finished epoch."""
+    monkeypatch.setattr(train_command, "load", lambda name: pytest.fail("loaded the data first"))
+    path = tmp_path / "missing" / "cnn.zip" if where == "missing-folder" else tmp_path
+    assert main(["train", "--save-states", str(path)]) == 2
+    line = one_line_error(capsys)
+    says = "does not exist" if where == "missing-folder" else "is a folder; name a file in it"
+    assert "argument --save-states" in line and says in line
+
+
+@pytest.mark.parametrize("folder", ["t.png", "t.json"])
+def test_a_timeline_file_that_is_a_folder_is_refused_before_any_work(capsys, tmp_path, folder):
+    """A plot writes t.png and t.json beside it: either a folder left the other half-done."""
+    (tmp_path / folder).mkdir()
+    assert main(["plan", "--timeline", str(tmp_path / "t.png")]) == 2
+    line = one_line_error(capsys)
+    assert "argument --timeline" in line and f"{folder}' is a folder" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder]
+
+
+def test_a_distributed_error_is_one_line(capsys, monkeypatch):
+    """Under mpiexec, another rank's failure reaches this one as a DistributedError."""
+
+    def fail(args):
+        raise DistributedError("rank 1: call #14 (plain all-reduce) did not complete within 10 s")
+
+    monkeypatch.setattr(train_command, "run", fail)
+    assert main(["train"]) == 2
+    line = one_line_error(capsys)
+    assert line.startswith("nnmem train: DistributedError: rank 1: call #14")
 
 
 def test_cuda_without_a_gpu_is_a_one_line_error(capsys):
@@ -477,13 +533,14 @@ def test_ctrl_c_during_plan_is_one_line(capsys, monkeypatch):
         ["--model", "mlp", "--input", "99999999999999999999"],
         ["--model", "resnet", "--width", "1e300"],
         ["--model", "alexnet", "--width", "1e308"],  # channels overflow to infinity
+        ["--model", "cnn", "--num-classes", "99999999999999"],
     ],
 )
 def test_a_step_too_large_to_plan_is_one_line(capsys, flags):
     assert main(["plan"] + flags) == 2
     line = one_line_error(capsys)
     assert line.startswith("nnmem plan: error: a training step of ")
-    assert "the input or --width is too large" in line
+    assert "the input, --width or --num-classes is too large" in line
     assert "create_cpu_device" not in line
 
 

@@ -415,10 +415,10 @@ def test_load_mnist_missing_files(tmp_path):
     assert (
         "t10k-images" not in str(info.value).split("How to fix it")[0]
     )  # the image file was found
-    with pytest.raises(
-        DataFormatError, match="train-images-idx3-ubyte or train-images-idx3-ubyte.gz"
-    ):
+    with pytest.raises(DataFormatError, match=r"not found \(the directory does not exist\)"):
         load_mnist(tmp_path / "nowhere", "train")
+    with pytest.raises(DataFormatError, match=r"not found \(it is not a directory\)"):
+        load_mnist(tmp_path / "t10k-images-idx3-ubyte.gz", "train")
 
 
 def test_load_mnist_count_mismatch(tmp_path):

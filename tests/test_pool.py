@@ -11,6 +11,7 @@ import pytest
 from nnmem.memory.errors import OutOfMemory, format_bytes
 from nnmem.memory.pool import ALIGNMENT, Pool
 from nnmem.memory.storage import HostStorage, NoStorage
+from nnmem.memory.units import parse_bytes
 
 A = ALIGNMENT
 
@@ -351,6 +352,13 @@ def test_format_bytes():
     assert format_bytes(2**20 - 1) == "1.0 MiB"  # not "1024.0 KiB"
     assert format_bytes(5 * 2**30) == "5.0 GiB"
     assert format_bytes(-2048) == "-2.0 KiB"
+
+
+@pytest.mark.parametrize("n", [512, 3 * 2**20, 5 * 2**30, 7 * 2**40, 2 * 2**50])
+def test_a_printed_size_reads_back(n):
+    """What format_bytes prints (PiB included), parse_bytes takes: a size from a report can
+    be given back as a flag."""
+    assert parse_bytes(format_bytes(n).replace(" ", "")) == n
 
 
 def test_large_idle_arena_is_cheap():

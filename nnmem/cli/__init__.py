@@ -12,6 +12,7 @@ import sys
 
 from nnmem.cli import plan, train
 from nnmem.cli.arguments import UsageError
+from nnmem.communicator import DistributedError
 
 #: The exit status of a command stopped by Ctrl-C: 128 + SIGINT (2), what a shell reports.
 INTERRUPTED = 130
@@ -42,7 +43,14 @@ def main(argv=None):
         return INTERRUPTED
     except UsageError as e:
         print(f"nnmem {args.command}: error: {e}", file=sys.stderr)
-    except (ValueError, TypeError, FloatingPointError, MemoryError, OSError) as e:
+    except (
+        ValueError,
+        TypeError,
+        FloatingPointError,
+        MemoryError,
+        OSError,
+        DistributedError,  # under mpiexec: another rank failed or stopped
+    ) as e:
         print(explain(args.command, e), file=sys.stderr)
     return 2
 

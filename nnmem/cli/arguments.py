@@ -10,6 +10,14 @@ import math
 import os
 
 from nnmem.memory import parse_bytes
+from nnmem.memory.pool import ALIGNMENT
+
+#: The deepest ResNet a --depth may ask for: a 10,000-layer one plans in about 20 s, and the
+#: time and memory grow with the depth (an explicit depth of 10**8 ran on without a word).
+MAX_DEPTH = 20_000
+#: The slowest --link-gbps: at 0.01 GB/s a copy of 100 MB already takes 10 s, and a slower
+#: link would make one copy outlast the transfer engine's wait (1e-300 overflowed the clock).
+MIN_LINK_GBPS = 0.01
 
 
 class UsageError(Exception):
@@ -31,6 +39,28 @@ def non_negative_int(text):
     value = _number(int, text, "a whole number, e.g. 0")
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def resnet_depth(text):
+    """A ResNet depth: a whole number from 1 to MAX_DEPTH (the model's own rules, 6n + 2 and
+    so on, are checked when the command runs)."""
+    value = positive_int(text)
+    if value > MAX_DEPTH:
+        raise argparse.ArgumentTypeError(
+            f"at most {MAX_DEPTH} (a 10,000-layer ResNet plans in about 20 s; the time and "
+            f"memory grow with the depth), got {text}"
+        )
+    return value
+
+
+def link_gbps(text):
+    """A copy link's speed in GB/s, at least MIN_LINK_GBPS."""
+    value = positive_float(text)
+    if value < MIN_LINK_GBPS:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_LINK_GBPS:g} GB/s (a GPU's PCIe link moves 8-25), got {text}"
+        )
     return value
 
 
@@ -72,6 +102,37 @@ def byte_size(text):
     return value
 
 
+def pool_size(text):
+    """A pool's size: at least ALIGNMENT bytes, the size of its smallest block."""
+    value = byte_size(text)
+    if value < ALIGNMENT:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {ALIGNMENT} bytes (one block of the pool), e.g. 512MiB; got {text}"
+        )
+    return value
+
+
+def checkpoint_path(text):
+    """A checkpoint's file name, in a folder that exists: checked before training, which the
+    file is written after."""
+    if not text:
+        raise argparse.ArgumentTypeError("give a file name, e.g. cnn.zip")
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a folder; name a file in it, e.g. {os.path.join(text, 'cnn.zip')!r}"
+        )
+    _check_folder(text)
+    return text
+
+
+def _check_folder(path):
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(
+            f"{path!r}: the folder {folder!r} does not exist; create it or name a file elsewhere"
+        )
+
+
 def sample_shape(text):
     """One sample's shape, (3, 224, 224) from "3x224x224"."""
     try:
@@ -93,7 +154,8 @@ TIMELINE_KINDS = {".png": "a plot", ".html": "the memory viewer"}
 def timeline_path(text):
     """A path ending in .png (a plot, matplotlib's) or .html (the memory viewer), any case, in a
     folder that exists: the extension says which file to write, so "out" or "out.json" is
-    refused, and a missing folder would be found only after the work the file records."""
+    refused, and a missing folder would be found only after the work the file records (so
+    would a folder named like the file, or like the plot's .json beside it)."""
     root, ext = os.path.splitext(text)
     if ext.lower() not in TIMELINE_KINDS or not os.path.basename(root):
         stem = root if os.path.basename(root) else os.path.join(root, "timeline")
@@ -101,11 +163,13 @@ def timeline_path(text):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a .png or .html file name; name one, e.g. {kinds}"
         )
-    folder = os.path.dirname(text) or "."
-    if not os.path.isdir(folder):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: the folder {folder!r} does not exist; create it or name a file elsewhere"
-        )
+    _check_folder(text)
+    data = root + ".json"  # a plot's data, written beside it
+    for path in (text, data) if not is_html(text) else (text,):
+        if os.path.isdir(path):
+            raise argparse.ArgumentTypeError(
+                f"{path!r} is a folder, where --timeline {text} writes a file; name another file"
+            )
     return text
 
 

@@ -21,6 +21,7 @@ from nnmem.cli.arguments import (
     byte_size,
     positive_float,
     positive_int,
+    resnet_depth,
     sample_shape,
     timeline_path,
 )
@@ -47,7 +48,7 @@ MAX_SEARCH_BATCH = 2**20
 def add_parser(commands):
     p = commands.add_parser("plan", help="plan a training step's memory on shapes alone")
     p.add_argument("--model", default="resnet", help=f"one of {', '.join(sorted(MODELS))}")
-    p.add_argument("--depth", type=positive_int, default=20, help="ResNet depth")
+    p.add_argument("--depth", type=resnet_depth, default=20, help="ResNet depth")
     p.add_argument(
         "--stem",
         default=None,
@@ -149,6 +150,11 @@ def run(args):
             f"got {_shape(sample)}; e.g. --input {_shape(PAPER_SAMPLES[args.model])}, as in "
             "its paper"
         )
+    if args.model == "resnet" and not args.find_depth:
+        try:  # the depth's own rules (6n + 2, ...), before anything is planned
+            _model(args, sample, args.depth)
+        except ValueError as e:
+            raise UsageError(f"argument --depth: {e}") from None
     # planned(batch, depth) -> StepPlan; cached, so that the search's winner is not planned twice
     planned = functools.cache(functools.partial(_planned, args, sample))
     if args.find_depth:
@@ -279,14 +285,22 @@ def _plan(args, sample, batch, depth, tensors=None):
     except OutOfMemory as e:
         raise StepTooLarge(
             f"{step} needs more than the planning device's {format_bytes(e.capacity)} of "
-            "memory: the input or --width is too large; plan a smaller --input, --width or "
-            "--batch-size",
+            "memory: the input, --width or --num-classes is too large; plan a smaller "
+            "--input, --width, --num-classes or --batch-size",
             e.capacity,
+        ) from None
+    except ValueError as e:  # a layer refused the sample's shape
+        if args.input is None:  # the default sample fits every model: not the user's input
+            raise
+        usual = _shape(PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE))
+        raise UsageError(
+            f"argument --input: {args.model} cannot take samples of shape {_shape(sample)} "
+            f"({e}); give another --input, e.g. {usual}"
         ) from None
     except OverflowError as e:
         raise StepTooLarge(
-            f"{step} has sizes too large to count ({e}): the input or --width is too large; "
-            "plan a smaller --input, --width or --batch-size"
+            f"{step} has sizes too large to count ({e}): the input, --width or --num-classes "
+            "is too large; plan a smaller --input, --width, --num-classes or --batch-size"
         ) from None
 
 

@@ -43,7 +43,7 @@ def add_parser(commands):
     p.add_argument("--model", default="cnn", choices=sorted(MODELS))
     p.add_argument(
         "--depth",
-        type=arguments.positive_int,
+        type=arguments.resnet_depth,
         default=20,
         help="ResNet depth (CIFAR: 6n+2 or 9n+2)",
     )
@@ -56,7 +56,7 @@ def add_parser(commands):
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument(
         "--pool",
-        type=arguments.byte_size,
+        type=arguments.pool_size,
         default=None,
         help="pool size, e.g. 512MiB (default 2GiB; on a GPU, its free memory but 1GiB)",
     )
@@ -64,7 +64,7 @@ def add_parser(commands):
     offload_flags(p)
     p.add_argument(
         "--link-gbps",
-        type=arguments.positive_float,
+        type=arguments.link_gbps,
         default=None,
         help="with --device cpu: copies to and from host memory run at this many GB/s, as "
         "over a GPU's PCIe link (e.g. 8), to see what offloading costs without a GPU",
@@ -123,6 +123,7 @@ def dist_flags(p):
     )
     p.add_argument(
         "--save-states",
+        type=arguments.checkpoint_path,
         metavar="ZIP",
         default=None,
         help="after each epoch, write the model's states to this checkpoint (SINGA's format; "
@@ -211,6 +212,11 @@ def run(args):
             if wrong:
                 raise UsageError(f"argument --concurrency: leave out {flag}: {why}")
     require_matplotlib(args.timeline)
+    if args.model == "resnet":
+        try:  # the depth's own rules (6n + 2, ...), before any data is loaded
+            make_model(args, num_classes=10, num_channels=1)
+        except ValueError as e:
+            raise UsageError(f"argument --depth: {e}") from None
     world_size = launched_with_mpi()
     check_dist_flags(args, world_size)
     x_train, y_train, x_test, y_test = load(args.data)
@@ -277,7 +283,13 @@ def create_device(args, dist=None):
     """The device --device names; one this machine cannot provide is a usage error. Under
     mpiexec (dist), the ranks of a node take its GPUs in turn (by local rank)."""
     if args.device == "cpu":
-        dev = device.create_cpu_device(args.pool, link_gbps=args.link_gbps)
+        try:
+            dev = device.create_cpu_device(args.pool, link_gbps=args.link_gbps)
+        except (MemoryError, ValueError) as e:  # NumPy cannot allocate (or index) that much
+            raise UsageError(
+                f"argument --pool: cannot allocate {format_bytes(args.pool)} on this machine "
+                f"({type(e).__name__}: {e}); give a smaller --pool, e.g. 2GiB"
+            ) from None
     else:
         try:
             gpu = 0 if dist is None else dist.local_rank % max(device.get_num_gpus(), 1)

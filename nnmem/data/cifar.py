@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from ..regular_file import open_regular
-from .errors import _format_error, _not_a_file, _plural
+from .errors import _format_error, _not_a_file, _not_a_folder, _plural
 
 __all__ = ["read_cifar10_batch", "write_cifar10_batch", "load_cifar10", "CIFAR10_CLASSES"]
 
@@ -152,7 +152,7 @@ def load_cifar10(
     if not os.path.exists(test_path):
         missing.append(_TEST_FILE)
     if missing:
-        where = "" if os.path.isdir(directory) else " (the directory does not exist)"
+        where = _not_a_folder(directory)
         raise _format_error(
             directory,
             f"CIFAR-10 files not found{where}: looked for {' and '.join(missing)}.",

@@ -36,3 +36,12 @@ def _not_a_file(path: str | os.PathLike, problem: str) -> DataFormatError:
         f"cannot read it as a data file: {problem}.",
         "pass the path of the file itself (a FIFO would block, a device never end).",
     )
+
+
+def _not_a_folder(directory: str) -> str:
+    """What to add to "files not found" when `directory` is no folder at all ("" if it is)."""
+    if os.path.isdir(directory):
+        return ""
+    if os.path.exists(directory):
+        return " (it is not a directory)"
+    return " (the directory does not exist)"

@@ -23,7 +23,7 @@ import zlib
 import numpy as np
 
 from ..regular_file import open_regular
-from .errors import _format_error, _not_a_file, _plural
+from .errors import _format_error, _not_a_file, _not_a_folder, _plural
 
 __all__ = ["read_idx", "write_idx", "load_mnist", "IDX_TYPES"]
 
@@ -304,7 +304,7 @@ def load_mnist(
     missing = [base for base, path in zip(bases, found) if path is None]
     if missing:
         looked = "; ".join(f"{base} or {base}.gz" for base in missing)
-        where = "" if os.path.isdir(directory) else " (the directory does not exist)"
+        where = _not_a_folder(directory)
         raise _format_error(
             directory,
             f"MNIST {kind} files not found{where}: looked for {looked}.",

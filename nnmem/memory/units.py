@@ -9,10 +9,12 @@ _PARSE_UNITS = {
     "MB": 10**6,
     "GB": 10**9,
     "TB": 10**12,
+    "PB": 10**15,
     "KIB": 2**10,
     "MIB": 2**20,
     "GIB": 2**30,
     "TIB": 2**40,
+    "PIB": 2**50,  # format_bytes prints it: what is printed can be given back
 }
 _PRINT_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
@@ -28,8 +30,9 @@ def parse_bytes(size):
     unit = match.group(2).upper() if match else None
     if match is None or unit not in _PARSE_UNITS:
         raise ValueError(
-            f"cannot read {size!r} as a size: write a number of bytes (4096) or a number "
-            "with a unit, e.g. 512MiB, 12GiB, 1.5GB (units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            f"cannot read {size!r} as a size: write a number of bytes (4096) or a number with "
+            "a unit, e.g. 512MiB, 12GiB, 1.5GB (units: B, KB, MB, GB, TB, PB, KiB, MiB, GiB, "
+            "TiB, PiB)"
         )
     return int(float(match.group(1)) * _PARSE_UNITS[unit])
 
