@@ -32,6 +32,7 @@ import numpy as np
 from numba import njit, prange
 
 import nnmem  # noqa: F401  (its threading layer: TBB, kernels/cpu/threads.py)
+from nnmem.cli.arguments import output_file, positive_float, positive_int
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train import BusyLoop, emit_json  # noqa: E402
@@ -114,16 +115,16 @@ def main():
     parser.add_argument(
         "--regions",
         nargs="+",
-        type=float,
+        type=positive_float,
         default=[0.3, 1.0, 10.0],
         help="region lengths, ms on all the threads at full speed",
     )
-    parser.add_argument("--seconds", type=float, default=1.5, help="length of one window")
-    parser.add_argument("--rounds", type=int, default=2, help="quiet and busy windows each")
-    parser.add_argument("--json", help="also write the JSON to this file")
+    parser.add_argument("--seconds", type=positive_float, default=1.5, help="length of one window")
+    parser.add_argument(
+        "--rounds", type=positive_int, default=2, help="quiet and busy windows each"
+    )
+    parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
     args = parser.parse_args()
-    if not args.seconds > 0 or args.rounds < 1 or not all(r > 0 for r in args.regions):
-        parser.error("--seconds and --regions must be positive, --rounds at least 1")
     step_s = step_seconds()
     threads = numba.get_num_threads()
     region(np.zeros(threads), 10)  # compile, and start the threads

@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train import emit_json  # noqa: E402
 
 from nnmem import device, opt, tensor  # noqa: E402
+from nnmem.cli.arguments import non_negative_float, output_file, positive_int
 from nnmem.graph.concurrency import op_key  # noqa: E402
 from nnmem.graph.hill_climbing import HillClimbing  # noqa: E402
 from nnmem.models import create_model  # noqa: E402
@@ -124,14 +125,16 @@ def prediction_accuracy(times, cores, interval):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    parser.add_argument("--windows", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=3, help="steps per timed window")
+    parser.add_argument("--windows", type=positive_int, default=3)
+    parser.add_argument("--steps", type=positive_int, default=3, help="steps per timed window")
     parser.add_argument(
         "--batch", type=int, help="images per batch for every model (default: 4 for ResNet-50, 8)"
     )
-    parser.add_argument("--interval", type=int, default=4, help="hill climbing's interval")
-    parser.add_argument("--settle", type=float, default=0.5, help="pause between windows (s)")
-    parser.add_argument("--json", help="also write the JSON to this file")
+    parser.add_argument("--interval", type=positive_int, default=4, help="hill climbing's interval")
+    parser.add_argument(
+        "--settle", type=non_negative_float, default=0.5, help="pause between windows (s)"
+    )
+    parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
     args = parser.parse_args()
     for flag in ("windows", "steps", "interval", "batch"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:

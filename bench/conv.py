@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 import nnmem.kernels.cpu as K
+from nnmem.cli.arguments import output_file, positive_int
 from nnmem.kernels.cpu import blas
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -116,11 +117,9 @@ def main():
         default=[shape(text) for text in RESNET20 + WIDER],
         help="N,C,H,O,S each",
     )
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--json", help="also write the JSON to this file")
+    parser.add_argument("--repeats", type=positive_int, default=7)
+    parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
     args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
     rng = np.random.default_rng(0)
     peak = sgemm_one_thread(args.repeats)
     if peak is not None:

@@ -32,6 +32,8 @@ import subprocess
 import sys
 import time
 
+from nnmem.cli.arguments import non_negative_int, output_file, positive_int
+
 EXCHANGES = {"plain": None, "half": None, "sparseTopK": 0.01, "sparseThreshold": 0.001}
 SHAPES = {"cnn": (1, 28, 28), "mlp": (1, 28, 28), "resnet": (3, 32, 32)}
 
@@ -113,13 +115,15 @@ def launch(args, ranks):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--ranks", type=positive_int, nargs="+", default=[1, 2])
     p.add_argument("--model", default="cnn", choices=sorted(SHAPES))
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--threshold", type=int, default=None, help="DistOpt's fusion threshold")
-    p.add_argument("--json", default=None)
+    p.add_argument("--batch", type=positive_int, default=64)
+    p.add_argument("--steps", type=positive_int, default=20)
+    p.add_argument("--warmup", type=non_negative_int, default=3)
+    p.add_argument(
+        "--threshold", type=positive_int, default=None, help="DistOpt's fusion threshold"
+    )
+    p.add_argument("--json", type=output_file, default=None)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()

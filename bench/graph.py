@@ -19,6 +19,7 @@ import numpy as np
 from train import best_windows, emit_json, measure
 
 from nnmem import device, opt, tensor
+from nnmem.cli.arguments import output_file, positive_float, positive_int
 from nnmem.memory import format_bytes
 from nnmem.models import create_model
 
@@ -60,10 +61,10 @@ def identical(a, b):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=30)
-    parser.add_argument("--windows", type=int, default=3, help="timed windows per runner")
-    parser.add_argument("--seconds", type=float, default=2.0, help="length of one window")
-    parser.add_argument("--json", help="also write the JSON to this file")
+    parser.add_argument("--iterations", type=positive_int, default=30)
+    parser.add_argument("--windows", type=positive_int, default=3, help="timed windows per runner")
+    parser.add_argument("--seconds", type=positive_float, default=2.0, help="length of one window")
+    parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
     args = parser.parse_args()
     out = {"identity": {}, "memory": {}, "speed": {}}
 

@@ -32,6 +32,7 @@ import numpy as np
 from train import emit_json
 
 from nnmem import device, opt, tensor
+from nnmem.cli.arguments import link_gbps, output_file, positive_int
 from nnmem.models import create_model
 
 #: name: (model, input shape, budget as a fraction of the no-offload peak)
@@ -224,11 +225,13 @@ def cache_section():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--speeds", type=float, nargs="+", default=[8, 2, 1, 0.5])
+    parser.add_argument("--steps", type=positive_int, default=8)
+    parser.add_argument("--speeds", type=link_gbps, nargs="+", default=[8, 2, 1, 0.5])
     parser.add_argument("--skip", nargs="*", default=[], choices=["budget", "link", "cache"])
-    parser.add_argument("--json", help="also write the JSON to this file")
+    parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
     args = parser.parse_args()
+    if set(args.skip) == {"budget", "link", "cache"}:
+        parser.error("argument --skip: that skips every section; leave at least one out")
     results, ok = {}, True
     sections = {
         "budget": lambda: budget_section(3),

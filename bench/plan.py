@@ -25,6 +25,7 @@ import time
 from train import emit_json
 
 import nnmem.ops.conv as conv_op
+from nnmem.cli.arguments import output_file
 from nnmem.models import create_model
 from nnmem.planning import plan
 
@@ -42,7 +43,7 @@ def alexnet_plan():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", help="also write the JSON to this file")
+    parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
     parser.add_argument("--no-scale", action="store_true", help="skip the 10,000-layer timing")
     args = parser.parse_args()
     full = alexnet_plan()

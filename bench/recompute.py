@@ -13,6 +13,7 @@ import argparse
 
 from train import emit_json
 
+from nnmem.cli.arguments import output_file, positive_int
 from nnmem.models import create_model
 from nnmem.planning import plan
 
@@ -30,8 +31,8 @@ SUPERNEURONS = {"AlexNet": (14, 23, 17), "ResNet-50": (84, 118, 85), "ResNet-101
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--json", help="also write the JSON to this file")
+    parser.add_argument("--batch", type=positive_int, default=16)
+    parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
     args = parser.parse_args()
     results = {}
     print(

@@ -42,6 +42,14 @@ import subprocess
 import sys
 import time
 
+from nnmem.cli.arguments import (
+    non_negative_float,
+    non_negative_int,
+    output_file,
+    positive_float,
+    positive_int,
+)
+
 CASES = {
     "cnn": dict(model="cnn", batch=64, shape=(1, 28, 28), kwargs=dict(num_channels=1)),
     "mlp": dict(model="mlp", batch=64, shape=(1, 28, 28), kwargs=dict(hidden=(256, 256))),
@@ -280,13 +288,15 @@ def report(case_name, speeds, busy):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=["cnn", "resnet20"], choices=list(CASES))
-    parser.add_argument("--windows", type=int, default=3, help="timed windows per runner")
-    parser.add_argument("--seconds", type=float, default=2.0, help="length of one window")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--settle", type=float, default=0.5, help="pause between windows (s)")
+    parser.add_argument("--windows", type=positive_int, default=3, help="timed windows per runner")
+    parser.add_argument("--seconds", type=positive_float, default=2.0, help="length of one window")
+    parser.add_argument("--warmup", type=non_negative_int, default=3, help="untimed steps first")
+    parser.add_argument(
+        "--settle", type=non_negative_float, default=0.5, help="pause between windows (s)"
+    )
     parser.add_argument("--runners", nargs="+", default=list(RUNNERS), choices=list(RUNNERS))
     parser.add_argument("--busy", action="store_true", help="also time beside a busy process")
-    parser.add_argument("--json", help="also write the JSON to this file")
+    parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
     args = parser.parse_args()
     for flag in ("windows", "warmup"):
         if getattr(args, flag) < 1:

@@ -112,14 +112,14 @@ def pool_size(text):
     return value
 
 
-def checkpoint_path(text):
-    """A checkpoint's file name, in a folder that exists: checked before training, which the
-    file is written after."""
+def output_file(text):
+    """The name of a file a command writes at its end (a checkpoint, a benchmark's JSON), in a
+    folder that exists: checked before the work, which the file is written after."""
     if not text:
-        raise argparse.ArgumentTypeError("give a file name, e.g. cnn.zip")
+        raise argparse.ArgumentTypeError("give a file name, e.g. out.json or cnn.zip")
     if os.path.isdir(text):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is a folder; name a file in it, e.g. {os.path.join(text, 'cnn.zip')!r}"
+            f"{text!r} is a folder; name a file in it, e.g. {os.path.join(text, 'out')!r}"
         )
     _check_folder(text)
     return text

@@ -123,7 +123,7 @@ def dist_flags(p):
     )
     p.add_argument(
         "--save-states",
-        type=arguments.checkpoint_path,
+        type=arguments.output_file,
         metavar="ZIP",
         default=None,
         help="after each epoch, write the model's states to this checkpoint (SINGA's format; "
