@@ -124,6 +124,7 @@ def smallest_pool(
     dtype=np.float32,
     step_args=None,
     plans_for="cpu",
+    offload="none",
 ):
     """The smallest pool, in bytes, in which `model` (a new, uninitialised Model) trains on
     batches of `input_shape` and is then evaluated on the same input tensor, as ``nnmem train``
@@ -132,12 +133,19 @@ def smallest_pool(
     where every allocation happens and no kernel runs. In graph mode it is exact: a byte less
     runs out of memory. Eagerly it is enough, and a little less may do: in a smaller pool, best
     fit places the blocks differently. `step_args`: as for plan(). `plans_for`: the kind of
-    device that will run it, "cpu" or "cuda" (they size convolution workspaces differently)."""
+    device that will run it, "cpu" or "cuda" (they size convolution workspaces differently).
+    `offload`: "none", "conv" or "all", a graph's offload policy (eagerly, the tensor cache
+    moves nothing while memory lasts, so the pool that fits is the one without it)."""
     dev = device.create_planning_device(plans_for=plans_for)
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     step_args = _step_args(model, step_args)
     model.compile(
-        [tx], is_train=True, use_graph=use_graph, sequential=sequential, recompute=recompute
+        [tx],
+        is_train=True,
+        use_graph=use_graph,
+        sequential=sequential,
+        recompute=recompute,
+        offload=offload if use_graph else "none",
     )
     tx.set_value(0)
     ty.set_value(0)

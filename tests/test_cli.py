@@ -201,6 +201,30 @@ def test_an_input_the_model_cannot_take_names_the_flag(capsys, model, sample):
     assert line.startswith(f"nnmem plan: error: argument --input: {model} cannot take samples")
 
 
+@pytest.mark.parametrize(
+    "argv,says",
+    [
+        (["plan", "--model", "cnn", "--depth", "7"], "argument --depth: it shapes a ResNet"),
+        (["plan", "--model", "cnn", "--stem", "imagenet"], "argument --stem: it shapes a ResNet"),
+        (["plan", "--model", "mlp", "--block", "basic"], "argument --block: it shapes a ResNet"),
+        (["train", "--model", "cnn", "--depth", "7"], "argument --depth: it sets a ResNet's"),
+        (["plan", "--budget", "1GiB", "--find-batch", "--batch", "3"], "--find-batch searches"),
+        (["plan", "--budget", "1GiB", "--find-depth", "--depth", "56"], "--find-depth searches"),
+    ],
+)
+def test_a_flag_the_command_would_ignore_is_refused(capsys, argv, says):
+    assert main(argv) == 2
+    assert says in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("model", ["cnn", "resnet"])
+def test_plan_without_depth_or_batch_plans_the_default(capsys, model):
+    """No --depth for a model without one, and none given for a ResNet (20)."""
+    assert main(["plan", "--model", model]) == 0
+    out = capsys.readouterr().out
+    assert "input 64x1x28x28:" in out and "all three" in out, out
+
+
 def test_a_pool_this_machine_cannot_allocate_names_the_flag(capsys):
     assert main(["train", "--pool", "100PiB", "--epochs", "1", "--max-batches", "1"]) == 2
     line = one_line_error(capsys)
@@ -338,6 +362,20 @@ def test_out_of_memory_names_the_pool_that_fits_and_it_does(capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"({needed} bytes): rerun with --pool" in err
     assert "`nnmem plan`" in err  # graph mode's own note (model.py) reaches the command line
+
+
+def test_out_of_memory_under_a_budget_with_offloading_names_the_budget_that_fits(capsys):
+    """With --offload all the hint is that policy's budget (it said "without offloading"
+    and to add --offload all, which was there)."""
+    argv = ["train", "--offload", "all", "--epochs", "1", "--max-batches", "2"]
+    argv += ["--pool", "64MiB"]  # a device of its own: the default one may hold earlier tests'
+    assert main(argv + ["--budget", "16MiB"]) == 2
+    err = capsys.readouterr().err
+    match = re.search(r"with --offload all, cnn at batch 64 needs .* \((\d+) bytes\)", err)
+    assert match and "without offloading" not in err, err
+    needed = int(match.group(1))
+    assert 16 * 2**20 < needed < 19 * 2**20  # less than the 19.8 MiB without offloading
+    assert main(argv + ["--budget", str(needed)]) == 0
 
 
 # -- one vocabulary for both commands, and plan's defaults are what train runs ---------------

@@ -26,7 +26,7 @@ from nnmem.cli.arguments import (
     timeline_path,
 )
 from nnmem.cli.timeline import require_matplotlib, write_timeline
-from nnmem.cli.train import DEFAULT_BATCH, PAPER_SAMPLES, SMALLEST_IMAGE
+from nnmem.cli.train import DEFAULT_BATCH, DEFAULT_DEPTH, PAPER_SAMPLES, SMALLEST_IMAGE
 from nnmem.graph.offload import POLICIES
 from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.models import MODELS, create_model, resnet
@@ -48,7 +48,9 @@ MAX_SEARCH_BATCH = 2**20
 def add_parser(commands):
     p = commands.add_parser("plan", help="plan a training step's memory on shapes alone")
     p.add_argument("--model", default="resnet", help=f"one of {', '.join(sorted(MODELS))}")
-    p.add_argument("--depth", type=resnet_depth, default=20, help="ResNet depth")
+    p.add_argument(
+        "--depth", type=resnet_depth, default=None, help=f"ResNet depth (default {DEFAULT_DEPTH})"
+    )
     p.add_argument(
         "--stem",
         default=None,
@@ -62,7 +64,7 @@ def add_parser(commands):
         "--batch-size",
         "--batch",
         type=positive_int,
-        default=DEFAULT_BATCH,
+        default=None,
         help=f"samples per batch (default {DEFAULT_BATCH}, as nnmem train)",
     )
     p.add_argument(
@@ -142,6 +144,11 @@ def run(args):
     require_matplotlib(args.timeline)
     if args.find_depth and args.model != "resnet":
         raise UsageError("argument --find-depth: it searches ResNet depths; use --model resnet")
+    check_flags_apply(args)
+    if args.depth is None and args.model == "resnet":
+        args.depth = DEFAULT_DEPTH
+    if args.batch_size is None:
+        args.batch_size = DEFAULT_BATCH
     sample = args.input or PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE)
     smallest = SMALLEST_IMAGE.get(args.model)
     if smallest and len(sample) == 3 and min(sample[1:]) < smallest:
@@ -157,11 +164,14 @@ def run(args):
             raise UsageError(f"argument --depth: {e}") from None
     # planned(batch, depth) -> StepPlan; cached, so that the search's winner is not planned twice
     planned = functools.cache(functools.partial(_planned, args, sample))
+    found = True
     if args.find_depth:
         args.depth = find_depth(args, planned, valid_depths(args, sample))
+        found = args.depth is not None
     elif args.find_batch:
         args.batch_size = find_batch(args, planned)
-    if args.depth is None or args.batch_size is None:
+        found = args.batch_size is not None
+    if not found:
         # the search found nothing that fits: there is no plan to print or to view
         if args.timeline:
             print(f"  no memory viewer written to {args.timeline}: no step fits the budget")
@@ -175,6 +185,28 @@ def run(args):
             step = _plan(args, sample, args.batch_size, args.depth, tensors=True)
         write_plan_timeline(args, step)
     return 0
+
+
+def check_flags_apply(args):
+    """Refuse a flag the plan would ignore: a ResNet's shape for another model, or the value a
+    search is about to find."""
+    if args.model != "resnet":
+        for flag, value in (
+            ("--depth", args.depth),
+            ("--stem", args.stem),
+            ("--block", args.block),
+        ):
+            if value is not None:
+                raise UsageError(
+                    f"argument {flag}: it shapes a ResNet, and --model {args.model} is not one; "
+                    "leave it out, or use --model resnet"
+                )
+    for search, flag, value in (
+        ("--find-depth", "--depth", args.find_depth and args.depth),
+        ("--find-batch", "--batch-size/--batch", args.find_batch and args.batch_size),
+    ):
+        if value:
+            raise UsageError(f"argument {flag}: {search} searches for it; leave one of the two out")
 
 
 def write_plan_timeline(args, step):

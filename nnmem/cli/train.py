@@ -34,6 +34,8 @@ DATA_SAMPLES = {"digits": (1, 28, 28), "mnist:DIR": (1, 28, 28), "cifar10:DIR": 
 #: take (AlexNet's shape arithmetic, VGG's five 2x2 pools), and the input of their papers.
 SMALLEST_IMAGE = {"alexnet": 67, "vgg16": 32}
 PAPER_SAMPLES = {"alexnet": (3, 227, 227), "vgg16": (3, 224, 224)}
+#: The ResNet --depth when none is given: ResNet-20, the CIFAR paper's smallest.
+DEFAULT_DEPTH = 20
 
 
 def add_parser(commands):
@@ -44,8 +46,8 @@ def add_parser(commands):
     p.add_argument(
         "--depth",
         type=arguments.resnet_depth,
-        default=20,
-        help="ResNet depth (CIFAR: 6n+2 or 9n+2)",
+        default=None,
+        help=f"ResNet depth (default {DEFAULT_DEPTH}; CIFAR: 6n+2 or 9n+2)",
     )
     p.add_argument("--data", default=DEFAULT_DATA, help="digits, mnist:DIR or cifar10:DIR")
     p.add_argument("--epochs", type=arguments.positive_int, default=10)
@@ -212,6 +214,7 @@ def run(args):
             if wrong:
                 raise UsageError(f"argument --concurrency: leave out {flag}: {why}")
     require_matplotlib(args.timeline)
+    args.depth = resnet_depth(args)
     if args.model == "resnet":
         try:  # the depth's own rules (6n + 2, ...), before any data is loaded
             make_model(args, num_classes=10, num_channels=1)
@@ -248,6 +251,19 @@ def run(args):
         e.add_note(viewer_hint(args, x_train.shape[1:], num_classes))
         raise
     return 0
+
+
+def resnet_depth(args):
+    """--depth for a ResNet (DEFAULT_DEPTH when not given); refused for another model, which
+    would silently ignore it."""
+    if args.model != "resnet":
+        if args.depth is not None:
+            raise UsageError(
+                f"argument --depth: it sets a ResNet's depth, and --model {args.model} has no "
+                "depth to set; leave it out, or use --model resnet"
+            )
+        return None
+    return DEFAULT_DEPTH if args.depth is None else args.depth
 
 
 def check_image_size(model, data, sample):
@@ -482,16 +498,27 @@ def diverged(args, model, before_step, tx, x, loss, epoch, step):
 
 def pool_hint(args, sample, num_classes):
     """The note an out-of-memory error gets on the command line: a pool this run fits in, as a
-    --pool value, measured on a planning device (every allocation, no kernel)."""
+    --pool value (or a --budget), measured on a planning device (every allocation, no kernel).
+    With --offload in graph mode, the pool of that policy ("dyn" had tried them all: "all",
+    the smallest)."""
+    offload = {"none": "none", "conv": "conv"}.get(args.offload, "all")
+    offloading = offload != "none" and not args.no_graph
     needed = smallest_pool(
         make_model(args, num_classes, sample[0]),
         (args.batch_size,) + sample,
         use_graph=not args.no_graph,
         optimizer=make_optimizer(args),
         plans_for=args.device,
+        offload=offload,
     )
     mib = math.ceil(needed / 2**20)
     if args.budget is not None:
+        if offloading:
+            return (
+                f"nnmem train: with --offload {offload}, {args.model} at batch "
+                f"{args.batch_size} needs {format_bytes(needed)} ({needed} bytes): rerun with "
+                f"--budget {mib}MiB, or with a smaller --batch-size"
+            )
         return (
             f"nnmem train: without offloading, {args.model} at batch {args.batch_size} needs "
             f"{format_bytes(needed)} ({needed} bytes): rerun with --budget {mib}MiB, with "
