@@ -128,7 +128,9 @@ def main():
     parser.add_argument("--windows", type=positive_int, default=3)
     parser.add_argument("--steps", type=positive_int, default=3, help="steps per timed window")
     parser.add_argument(
-        "--batch", type=int, help="images per batch for every model (default: 4 for ResNet-50, 8)"
+        "--batch",
+        type=positive_int,
+        help="images per batch for every model (default: 4 for ResNet-50, 8)",
     )
     parser.add_argument("--interval", type=positive_int, default=4, help="hill climbing's interval")
     parser.add_argument(
@@ -136,9 +138,6 @@ def main():
     )
     parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
     args = parser.parse_args()
-    for flag in ("windows", "steps", "interval", "batch"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            parser.error(f"--{flag} must be at least 1")
     cores = numba.config.NUMBA_NUM_THREADS
     results = {"cores": cores, "batch": args.batch, "models": {}}
     layer = device.get_default_device().threading_layer()

@@ -29,7 +29,7 @@ from train import CASES as TRAIN_CASES
 from train import LR, MOMENTUM, WEIGHT_DECAY, emit_json
 
 from nnmem import device, opt, tensor
-from nnmem.cli.arguments import non_negative_int, output_file, positive_int
+from nnmem.cli.arguments import output_file, positive_int
 from nnmem.memory import format_bytes
 from nnmem.models import create_model
 
@@ -152,13 +152,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=positive_int, default=50, help="timed steps per framework")
     parser.add_argument(
-        "--warmup", type=non_negative_int, default=5, help="untimed steps before them"
+        "--warmup",
+        type=positive_int,
+        default=5,
+        help="untimed steps before them (at least 1: warm-up records the graph)",
     )
     parser.add_argument("--models", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
     args = parser.parse_args()
-    if args.steps < 1 or args.warmup < 1:
-        parser.error("--steps and --warmup must be at least 1 (warm-up records the graph)")
     why = refusal()
     if why is not None:
         print(f"bench/gpu.py: {why}", file=sys.stderr)

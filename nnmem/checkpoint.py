@@ -9,8 +9,8 @@ target is replaced, the link kept), and an existing checkpoint keeps its permiss
 
 Loading is all or nothing, and its memory is bounded by what the model expects:
 0. the path must name a regular file (a FIFO would block, /dev/zero would never end), the zip
-   may list at most MAX_MEMBERS members, none of them twice, and the members read must be
-   stored or deflated, without encryption;
+   may list at most MAX_MEMBERS members (in a directory of at most MAX_DIRECTORY_BYTES), none
+   of them twice, and the members read must be stored or deflated, without encryption;
 1. states_attr.json (at most MAX_ATTRS_BYTES) is checked first: every entry well formed, the
    model states matching the model's shapes and dtypes, the auxiliary states of a dtype a
    tensor can hold and small enough for the device pool's free bytes;
@@ -51,6 +51,9 @@ MODEL_STATE_TYPE = 0
 AUX_STATE_TYPE = 1
 
 MAX_MEMBERS = 1024  # members of a checkpoint's zip read at most (nnmem and SINGA write 2)
+# The zip's central directory read at most: MAX_MEMBERS entries of 46 bytes and a name of up
+# to 82 (a checkpoint's two take about 150 bytes).
+MAX_DIRECTORY_BYTES = MAX_MEMBERS * 128
 MAX_ATTRS_BYTES = 16 * 2**20  # a state's entry takes about 70 bytes: room for 200,000 states
 NPY_HEADER_LIMIT = 10_000  # numpy's own limit on a .npy header (np.load's max_header_size)
 # What np.savez writes around a state's data, with room to spare: a .npy header of 128 bytes
@@ -61,6 +64,10 @@ _ZIP_END_RECORDS = 2**16 + 1024  # end-of-archive records, and a comment of at m
 # The end of central directory record: its signature, its size without the comment, and where
 # it holds the total number of members (APPNOTE.TXT 4.3.16).
 _END_RECORD_SIGNATURE, _END_RECORD_SIZE, _END_RECORD_COUNT_AT = b"PK\x05\x06", 22, 10
+# Before it, for zip64: the zip64 end record (56 bytes; its member count and directory size
+# at byte 32) and its locator (20 bytes).
+_ZIP64_END_SIGNATURE, _ZIP64_LOCATOR_SIGNATURE = b"PK\x06\x06", b"PK\x06\x07"
+_ZIP64_RECORDS_SIZE, _ZIP64_LOCATOR_SIZE, _ZIP64_COUNT_AT = 56 + 20, 20, 32
 _SPOOL_IN_MEMORY = 16 * 2**20  # a tensor_dict.npz larger than this is spooled to a temp file
 _CHUNK = 2**20  # bytes copied at a time
 _FIX = "give a file written by Model.save_states"
@@ -248,7 +255,7 @@ def _read_checked(fpath, model_states, dev):
     against the model and the device; CheckpointError naming the first problem otherwise."""
     try:
         with _opened(fpath) as f:
-            _check_member_count(fpath, f)
+            _check_directory(fpath, f)
             with zipfile.ZipFile(f) as zf:
                 names = zf.namelist()
                 twice = sorted(name for name, n in collections.Counter(names).items() if n > 1)
@@ -290,25 +297,38 @@ def _opened(fpath):
     return open_regular(fpath, lambda problem: _unreadable(fpath, problem))
 
 
-def _check_member_count(fpath, f):
-    """The zip's end record counts at most MAX_MEMBERS members. zipfile builds an object for
-    every member it lists (about 500 bytes each) before anything else can be checked, so a
-    file of many empty members would take memory out of proportion to any checkpoint. A
-    count of 0xFFFF means "65535 or more, see the zip64 record": refused too."""
+def _check_directory(fpath, f):
+    """The zip's central directory is small: at most MAX_MEMBERS members in at most
+    MAX_DIRECTORY_BYTES. zipfile reads the whole directory and builds an object for every
+    entry in it (about 500 bytes each) before anything else can be checked, so a file of many
+    empty members would take memory out of proportion to any checkpoint. The figures are
+    those zipfile itself goes by: the end record's, or the zip64 end record's where its
+    locator comes right before (APPNOTE.TXT 4.3.14-4.3.16)."""
     size = f.seek(0, os.SEEK_END)
     tail_size = min(size, _ZIP_END_RECORDS)
     f.seek(size - tail_size)
     tail = f.read(tail_size)
-    f.seek(0)
     at = tail.rfind(_END_RECORD_SIGNATURE)
     if at < 0 or at + _END_RECORD_SIZE > len(tail):
+        f.seek(0)
         return  # no end record: zipfile says the file is not a zip
-    (members,) = struct.unpack_from("<H", tail, at + _END_RECORD_COUNT_AT)
-    if members > MAX_MEMBERS:
+    members, directory = struct.unpack_from("<HL", tail, at + _END_RECORD_COUNT_AT)
+    end = size - tail_size + at  # where the end record starts in the file
+    if end >= _ZIP64_RECORDS_SIZE:
+        f.seek(end - _ZIP64_RECORDS_SIZE)
+        records = f.read(_ZIP64_RECORDS_SIZE)
+        locator = records[-_ZIP64_LOCATOR_SIZE:]
+        if locator.startswith(_ZIP64_LOCATOR_SIGNATURE) and records.startswith(
+            _ZIP64_END_SIGNATURE
+        ):
+            members, directory = struct.unpack_from("<QQ", records, _ZIP64_COUNT_AT)
+    f.seek(0)
+    if members > MAX_MEMBERS or directory > MAX_DIRECTORY_BYTES:
         raise _unreadable(
             fpath,
-            f"the zip lists {members if members < 0xFFFF else 'at least 65535'} members, "
-            f"where a checkpoint has 2 (at most {MAX_MEMBERS} are read)",
+            f"the zip lists {members} members in a directory of {directory} bytes, where a "
+            f"checkpoint has 2 in about 150 (at most {MAX_MEMBERS} members in "
+            f"{MAX_DIRECTORY_BYTES} bytes are read)",
         )
 
 

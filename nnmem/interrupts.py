@@ -18,8 +18,9 @@ import threading
 
 
 @contextlib.contextmanager
-def deferred_interrupts():
-    """Run the block with SIGINT held back; re-raise KeyboardInterrupt after it if one came."""
+def deferred_interrupts(message="interrupted; the step's updates were completed first"):
+    """Run the block with SIGINT held back; raise KeyboardInterrupt(message) after it if one
+    came."""
     if (
         threading.current_thread() is not threading.main_thread()
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
@@ -33,4 +34,4 @@ def deferred_interrupts():
     finally:
         signal.signal(signal.SIGINT, previous)
     if received:
-        raise KeyboardInterrupt("interrupted; the step's updates were completed first")
+        raise KeyboardInterrupt(message)

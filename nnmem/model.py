@@ -152,9 +152,6 @@ class Model(Layer):
                 )
             check_concurrency(concurrency, dev)
         budget = None if budget is None else _budget_bytes(budget, dev)
-        self.recompute_strategy = recompute
-        self.offload_policy, self.async_offload = offload, async_offload
-        self.concurrency = concurrency
         # eager offloading is the device's tensor cache ("dyn": the cache moves tensors only
         # when memory runs short, which is already dynamic, so it keeps every candidate)
         eager_offload = offload != "none" and not use_graph
@@ -167,6 +164,9 @@ class Model(Layer):
             dev.cache = (
                 TensorCache(dev, "conv" if offload == "conv" else "all") if eager_offload else None
             )
+            self.recompute_strategy = recompute
+            self.offload_policy, self.async_offload = offload, async_offload
+            self.concurrency = concurrency
             dev.dry_run = True
             previous = autograd.training
             autograd.training = is_train
@@ -238,17 +238,19 @@ class Model(Layer):
                     return step(*inputs, **kwargs)  # eager (or inside another model's recording)
                 return self._run_graph(dev, step, inputs, kwargs)
             except BaseException as e:
-                with deferred_interrupts():  # a second Ctrl-C waits for the undo to end
-                    if before is not None and dev.commits == before.commits:
-                        before.restore(self)  # failed before any update: undo the rest
-                    step_failed = getattr(self.optimizer, "step_failed", None)  # DistOpt's
-                    if self.training and step_failed is not None:
-                        step_failed(e)
                 if isinstance(e, MemoryError):
                     # The failed step's tensors are held by the frames of the traceback: drop
                     # them, so that a retry in the caller's `except` (a smaller batch) has the
                     # memory. (Locals of those frames are gone from a post-mortem debugger.)
                     traceback.clear_frames(e.__traceback__)
+                if before is not None and dev.commits == before.commits:
+                    # failed before any update: undo the rest, all of it (a second Ctrl-C
+                    # would leave BatchNorm's statistics half written back)
+                    with deferred_interrupts("interrupted; the failed step was undone first"):
+                        before.restore(self)
+                step_failed = getattr(self.optimizer, "step_failed", None)  # DistOpt's
+                if self.training and step_failed is not None:
+                    step_failed(e)  # may wait for the other ranks: a Ctrl-C stops it
                 raise
             finally:
                 autograd.training = caller_training

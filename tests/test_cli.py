@@ -204,7 +204,7 @@ def test_an_input_the_model_cannot_take_names_the_flag(capsys, model, sample):
 @pytest.mark.parametrize(
     "argv,says",
     [
-        (["plan", "--model", "cnn", "--depth", "7"], "argument --depth: it shapes a ResNet"),
+        (["plan", "--model", "cnn", "--depth", "7"], "argument --depth: it sets a ResNet's"),
         (["plan", "--model", "cnn", "--stem", "imagenet"], "argument --stem: it shapes a ResNet"),
         (["plan", "--model", "mlp", "--block", "basic"], "argument --block: it shapes a ResNet"),
         (["train", "--model", "cnn", "--depth", "7"], "argument --depth: it sets a ResNet's"),

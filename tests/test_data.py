@@ -395,6 +395,15 @@ def _fake_mnist(directory, kind, n=5, compress=False, n_labels=None):
     return images, labels
 
 
+def test_load_mnist_takes_the_gz_file_beside_a_folder_of_the_raw_name(tmp_path):
+    """A regular file wins over a folder named like the other spelling."""
+    images, labels = _fake_mnist(tmp_path, "train", compress=True)
+    (tmp_path / "train-images-idx3-ubyte").mkdir()
+    x, y = load_mnist(tmp_path, "train")
+    np.testing.assert_array_equal(y, labels)
+    assert x.shape == (5, 1, 28, 28)
+
+
 @pytest.mark.parametrize("compress", [False, True], ids=["raw", "gz"])
 def test_load_mnist(tmp_path, compress):
     images, labels = _fake_mnist(tmp_path, "train", compress=compress)

@@ -541,21 +541,29 @@ def test_a_first_graph_step_that_does_not_fit_keeps_no_optimizer_state():
 
 
 @pytest.mark.parametrize("options", [{}, {"offload": "all"}, {"recompute": "memory"}])
-def test_a_first_graph_step_that_fails_while_it_runs_keeps_nothing(options):
+@pytest.mark.parametrize("arena", ["its-own", "shared"])
+def test_a_first_graph_step_that_fails_while_it_runs_keeps_nothing(options, arena):
     """A bad label found by the first replay: the graph, its arena and the optimizer state
-    made for it are dropped, as when its plan does not fit; the next steps record again."""
+    made for it are dropped, as when its plan does not fit; the next steps record again.
+    "shared": an inference graph is in the device's arena already, and the arena the failed
+    step grew shrinks back to that graph's plan."""
     dev, m, tx, ty = setup(True, **options)
+    if arena == "shared":
+        m.eval()
+        m(tx)
+        m.train()
+    arena_bytes = dev.graph_arena.size
     before, allocated = snapshot(m), dev.memory_stats()["allocated_bytes.current"]
     bad = (DATA[0][0], np.full_like(DATA[0][1], 10))  # 10 classes: labels 0..9
     with pytest.raises(ValueError):
         try:
             step(m, tx, ty, bad)
         except ValueError:  # the traceback still holds the compiled step, not its arena
-            assert dev.graph_arena.offset is None
+            assert dev.graph_arena.size == arena_bytes
             raise
     gc.collect()
     assert_same(snapshot(m), before)
-    assert m.optimizer.moments == {} and m._graphs == {}
+    assert m.optimizer.moments == {} and len(m._graphs) == (arena == "shared")
     assert dev.memory_stats()["allocated_bytes.current"] == allocated
     reference = setup(True, **options)
     for batch in DATA:
@@ -728,7 +736,9 @@ def test_a_second_ctrl_c_during_the_undo_waits_for_it_to_end(use_graph, python_c
         return original_write(t, value)
 
     dev._write_from_host = write
-    fail_and_forget(lambda: step(m, tx, ty, DATA[1]), KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt, match="the failed step was undone first"):
+        step(m, tx, ty, DATA[1])
+    gc.collect()
     dev._write_from_host = original_write
     if use_graph:
         compiled.calls[k] = (name, fn, arrays)

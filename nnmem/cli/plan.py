@@ -26,7 +26,13 @@ from nnmem.cli.arguments import (
     timeline_path,
 )
 from nnmem.cli.timeline import require_matplotlib, write_timeline
-from nnmem.cli.train import DEFAULT_BATCH, DEFAULT_DEPTH, PAPER_SAMPLES, SMALLEST_IMAGE
+from nnmem.cli.train import (
+    DEFAULT_BATCH,
+    DEFAULT_DEPTH,
+    PAPER_SAMPLES,
+    SMALLEST_IMAGE,
+    depth_of,
+)
 from nnmem.graph.offload import POLICIES
 from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.models import MODELS, create_model, resnet
@@ -145,8 +151,7 @@ def run(args):
     if args.find_depth and args.model != "resnet":
         raise UsageError("argument --find-depth: it searches ResNet depths; use --model resnet")
     check_flags_apply(args)
-    if args.depth is None and args.model == "resnet":
-        args.depth = DEFAULT_DEPTH
+    args.depth = depth_of(args)
     if args.batch_size is None:
         args.batch_size = DEFAULT_BATCH
     sample = args.input or PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE)
@@ -190,12 +195,8 @@ def run(args):
 def check_flags_apply(args):
     """Refuse a flag the plan would ignore: a ResNet's shape for another model, or the value a
     search is about to find."""
-    if args.model != "resnet":
-        for flag, value in (
-            ("--depth", args.depth),
-            ("--stem", args.stem),
-            ("--block", args.block),
-        ):
+    if args.model != "resnet":  # (--depth: depth_of, as nnmem train)
+        for flag, value in (("--stem", args.stem), ("--block", args.block)):
             if value is not None:
                 raise UsageError(
                     f"argument {flag}: it shapes a ResNet, and --model {args.model} is not one; "

@@ -214,7 +214,7 @@ def run(args):
             if wrong:
                 raise UsageError(f"argument --concurrency: leave out {flag}: {why}")
     require_matplotlib(args.timeline)
-    args.depth = resnet_depth(args)
+    args.depth = depth_of(args)
     if args.model == "resnet":
         try:  # the depth's own rules (6n + 2, ...), before any data is loaded
             make_model(args, num_classes=10, num_channels=1)
@@ -253,9 +253,9 @@ def run(args):
     return 0
 
 
-def resnet_depth(args):
-    """--depth for a ResNet (DEFAULT_DEPTH when not given); refused for another model, which
-    would silently ignore it."""
+def depth_of(args):
+    """The depth the flags give a ResNet (--depth, or DEFAULT_DEPTH), None for another model;
+    a --depth for another model, which would ignore it, is refused."""
     if args.model != "resnet":
         if args.depth is not None:
             raise UsageError(
@@ -302,6 +302,8 @@ def create_device(args, dist=None):
         try:
             dev = device.create_cpu_device(args.pool, link_gbps=args.link_gbps)
         except (MemoryError, ValueError) as e:  # NumPy cannot allocate (or index) that much
+            if args.pool is None:  # the default pool (NNMEM_POOL_BYTES): not the flag's fault
+                raise
             raise UsageError(
                 f"argument --pool: cannot allocate {format_bytes(args.pool)} on this machine "
                 f"({type(e).__name__}: {e}); give a smaller --pool, e.g. 2GiB"
@@ -513,6 +515,13 @@ def pool_hint(args, sample, num_classes):
     )
     mib = math.ceil(needed / 2**20)
     if args.budget is not None:
+        if args.offload != "none" and args.no_graph:
+            return (
+                f"nnmem train: eagerly, {args.model} at batch {args.batch_size} needs "
+                f"{format_bytes(needed)} ({needed} bytes) with nothing moved to the host; "
+                f"below that the tensor cache moves tensors out, and --budget was too small even "
+                f"so: rerun with a larger --budget (at most {mib}MiB), or a smaller --batch-size"
+            )
         if offloading:
             return (
                 f"nnmem train: with --offload {offload}, {args.model} at batch "

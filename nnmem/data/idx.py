@@ -265,13 +265,13 @@ def write_idx(path: str | os.PathLike, array, gzip: bool = False) -> str:
 
 
 def _find(directory: str, base: str) -> str | None:
-    """The file `base` or `base`.gz in `directory` (read_idx says so if it is not a regular
-    file: a FIFO or a folder of that name is not "missing")."""
-    for name in (base, base + ".gz"):
-        candidate = os.path.join(directory, name)
-        if os.path.exists(candidate):
-            return candidate
-    return None
+    """The file `base` or `base`.gz in `directory`, a regular file first; else whichever of
+    the two exists, which read_idx then says is not a file (a FIFO or a folder of that name
+    is not "missing")."""
+    candidates = [os.path.join(directory, name) for name in (base, base + ".gz")]
+    regular = [path for path in candidates if os.path.isfile(path)]
+    there = regular or [path for path in candidates if os.path.exists(path)]
+    return there[0] if there else None
 
 
 def load_mnist(

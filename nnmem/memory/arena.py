@@ -20,10 +20,12 @@ class SharedArena:
         self.offset = None
         self.size = 0
         self._users = weakref.WeakSet()  # compiled steps laid out in the arena
+        self._needs = weakref.WeakKeyDictionary()  # each user's plan, in bytes
 
     def join(self, step, nbytes):
         """Make room for a plan of `nbytes` and place `step` (and, if the arena moved, every
         other user) at the arena's offset via ``step.place(offset)``."""
+        self._needs[step] = nbytes
         if nbytes <= self.size:
             self._users.add(step)
             weakref.finalize(step, self._release_if_unused)
@@ -39,8 +41,17 @@ class SharedArena:
         return step in self._users
 
     def leave(self, step):
+        """Take `step` out. The arena goes back to the pool when no step uses it any more, or
+        shrinks to the largest plan of those that still do (a step that grew it and failed
+        leaves nothing behind), placing them again: between steps nothing in it is live."""
         self._users.discard(step)
+        self._needs.pop(step, None)
         self._release_if_unused()
+        largest = max(self._needs.values(), default=0)
+        if self.offset is not None and largest < self.size:
+            self._resize(largest)
+            for user in list(self._users):
+                getattr(user, self._place)(self.offset)
 
     OWNER = "graph arena (shared by compiled steps)"
 

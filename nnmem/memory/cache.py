@@ -120,7 +120,7 @@ class TensorCache:
 
     def bring_back(self):
         """Put every tensor this cache moved out back on the device, before the device drops
-        the cache (Model.compile with other settings): only a cache fetches what it evicted.
+        the cache (every Model.compile replaces it): only a cache fetches what it evicted.
         The bytes come from the pool alone, evicting nothing; OutOfMemory if they do not fit
         (what came back stays, the rest stays evicted: the cache is still the device's)."""
         dev = self.device
