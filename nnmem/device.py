@@ -51,8 +51,13 @@ class DeviceUnavailable(RuntimeError):
 
 
 def default_pool_bytes():
-    """The pool size of a CPU device made without one: NNMEM_POOL_BYTES, else 2 GiB."""
-    return parse_bytes(os.environ.get("NNMEM_POOL_BYTES", DEFAULT_POOL_BYTES))
+    """The pool size of a CPU device made without one: NNMEM_POOL_BYTES (unset or empty: 2
+    GiB); a value that is not a size names the variable."""
+    value = os.environ.get("NNMEM_POOL_BYTES") or DEFAULT_POOL_BYTES
+    try:
+        return parse_bytes(value)
+    except ValueError as e:
+        raise ValueError(f"the environment variable NNMEM_POOL_BYTES: {e}") from None
 
 
 def _pool_bytes(pool_bytes):
@@ -70,7 +75,8 @@ def create_cpu_device(pool_bytes=None, strategy=None, link_gbps=None):
     and from host buffers (a GPU's PCIe link, simulated; default: memory speed)."""
     if pool_bytes is None and strategy is None and link_gbps is None:
         return get_default_device()
-    return CpuDevice(_pool_bytes(pool_bytes), strategy=strategy or "best_fit", link_gbps=link_gbps)
+    strategy = "best_fit" if strategy is None else strategy
+    return CpuDevice(_pool_bytes(pool_bytes), strategy=strategy, link_gbps=link_gbps)
 
 
 def create_planning_device(pool_bytes=2**50, strategy="best_fit", plans_for="cpu"):
@@ -193,8 +199,8 @@ def _create_cuda(device_id, pool_bytes, strategy, call):
         except ImportError as e:
             reason, advice = f"nnmem's CUDA device cannot be imported ({e})", _INSTALL_CUDA
     if cuda_device is not None:
-        if pool_bytes is None and "NNMEM_POOL_BYTES" in os.environ:
-            pool_bytes = os.environ["NNMEM_POOL_BYTES"]
+        if pool_bytes is None and os.environ.get("NNMEM_POOL_BYTES"):
+            pool_bytes = default_pool_bytes()
         return cuda_device.CudaDevice(pool_bytes, strategy=strategy, dev_id=device_id)
     if fallback == "cpu":
         print(

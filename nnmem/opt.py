@@ -96,6 +96,10 @@ class _Hyperparameter:
     DecayScheduler they evaluate at the step count. Checked when it is set, so that no update
     can fail on it half-way through a commit."""
 
+    def __init__(self, decay_rate=False, non_negative=False):
+        self.decay_rate = decay_rate  # a moving average's decay (beta, rho): in [0, 1)
+        self.non_negative = non_negative  # epsilon: a negative one divides by zero or less
+
     def __set_name__(self, owner, name):
         self.name = name
 
@@ -104,13 +108,24 @@ class _Hyperparameter:
 
     def __set__(self, optimizer, value):
         if isinstance(value, DecayScheduler):
-            value.schedule()  # raises for a scheduler the kernels cannot evaluate
+            first = value.schedule()[0]  # raises for a scheduler the kernels cannot evaluate
         elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-            value = float(value)
+            value = first = float(value)
         else:
             raise TypeError(
                 f"{type(optimizer).__name__}: {self.name} must be a number or a DecayScheduler "
                 f"(Constant, ExponentialDecay), not {type(value).__name__}"
+            )
+        problem = None
+        if not math.isfinite(first):  # every parameter would become NaN at the first step
+            problem = "a finite number"
+        elif self.decay_rate and not 0 <= first < 1:
+            problem = "in [0, 1) (the decay of a moving average; at 1 Adam divides by 0)"
+        elif self.non_negative and first < 0:
+            problem = "0 or more"
+        if problem:
+            raise ValueError(
+                f"{type(optimizer).__name__}: {self.name} must be {problem}, not {first}"
             )
         optimizer.__dict__[self.name] = value
 
@@ -494,8 +509,8 @@ class RMSProp(Optimizer):
     zero); w -= lr * g / sqrt(avg + epsilon) (epsilon under the square root, as in SINGA).
     Every hyperparameter may be a schedule."""
 
-    rho = _Hyperparameter()
-    epsilon = _Hyperparameter()
+    rho = _Hyperparameter(decay_rate=True)
+    epsilon = _Hyperparameter(non_negative=True)
     weight_decay = _Hyperparameter()
     _STATES = (("running_average", "RMSProp running average"),)
 
@@ -517,7 +532,7 @@ class AdaGrad(Optimizer):
     """SINGA's AdaGrad: g = grad + wd * w; history += g^2 (history starts at zero);
     w -= lr * g / sqrt(history + epsilon). Every hyperparameter may be a schedule."""
 
-    epsilon = _Hyperparameter()
+    epsilon = _Hyperparameter(non_negative=True)
     weight_decay = _Hyperparameter()
     _STATES = (("history", "AdaGrad history"),)
 
@@ -539,9 +554,9 @@ class Adam(Optimizer):
     w -= lr * (m / (1 - beta_1^t)) / (sqrt(v / (1 - beta_2^t)) + epsilon). Every hyperparameter
     may be a schedule."""
 
-    beta_1 = _Hyperparameter()
-    beta_2 = _Hyperparameter()
-    epsilon = _Hyperparameter()
+    beta_1 = _Hyperparameter(decay_rate=True)
+    beta_2 = _Hyperparameter(decay_rate=True)
+    epsilon = _Hyperparameter(non_negative=True)
     weight_decay = _Hyperparameter()
     _STATES = (("m", "Adam m"), ("v", "Adam v"))
 

@@ -24,11 +24,15 @@ get the values SINGA's train_cnn.py passes on one device, ``'plain'`` and ``None
 """
 
 import inspect
+import numbers
 from typing import NamedTuple
 
 import numpy as np
 
 from nnmem import device, opt, tensor
+from nnmem.graph.offload import POLICIES
+from nnmem.graph.recompute import STRATEGIES
+from nnmem.memory import parse_bytes
 
 #: The extra arguments of SINGA's train_one_batch(self, x, y, dist_option, spars), as SINGA's
 #: cnn/train_cnn.py passes them when training on one device.
@@ -68,7 +72,6 @@ def plan(
     recompute="cost-aware",
     sequential=False,
     optimizer=None,
-    num_classes=None,
     dtype=np.float32,
     offload="all",
     budget=None,
@@ -82,6 +85,12 @@ def plan(
     arguments of train_one_batch after x and y (default: see the module's docstring).
     `tensors`: keep every technique's tensors in its timeline (``timeline.tensors``, what
     the memory viewer shows; for a deep network, many rows)."""
+    _check_new(model)
+    if recompute not in STRATEGIES:
+        raise ValueError(f"plan(recompute={recompute!r}): choose one of {STRATEGIES}")
+    if offload not in POLICIES:
+        raise ValueError(f"plan(offload={offload!r}): choose one of {POLICIES}")
+    budget = None if budget is None else _positive_bytes("plan", budget)
     dev = device.create_planning_device()
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     step_args = _step_args(model, step_args)
@@ -136,6 +145,9 @@ def smallest_pool(
     device that will run it, "cpu" or "cuda" (they size convolution workspaces differently).
     `offload`: "none", "conv" or "all", a graph's offload policy (eagerly, the tensor cache
     moves nothing while memory lasts, so the pool that fits is the one without it)."""
+    _check_new(model)
+    if offload not in ("none", "conv", "all"):
+        raise ValueError(f"smallest_pool(offload={offload!r}): choose 'none', 'conv' or 'all'")
     dev = device.create_planning_device(plans_for=plans_for)
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     step_args = _step_args(model, step_args)
@@ -173,9 +185,29 @@ def _step_args(model, step_args):
     return tuple(SINGA_STEP_ARGUMENTS[name] for name in required)
 
 
+def _check_new(model):
+    """plan() and smallest_pool() compile the model on a planning device of their own: one
+    compiled before lives on another device."""
+    if model.initialized:
+        raise ValueError(
+            f"{type(model).__name__} was compiled already (by compile(), plan() or "
+            "smallest_pool()); give a new, uninitialised model, e.g. create_model(...) again"
+        )
+
+
+def _positive_bytes(caller, budget):
+    """A budget in bytes from a number or text such as "16MiB", above 0."""
+    nbytes = parse_bytes(budget)
+    if nbytes <= 0:
+        raise ValueError(f"{caller}(budget={budget!r}): give a positive number of bytes")
+    return nbytes
+
+
 def _inputs(model, input_shape, dev, optimizer, dtype):
     """Set the optimizer (SGD with momentum by default) and return input and label tensors of
     `input_shape` (batch first) on `dev`."""
+    if not all(isinstance(s, numbers.Integral) for s in input_shape):
+        raise ValueError(f"input shape {tuple(input_shape)}: the sizes must be whole numbers")
     input_shape = tuple(int(s) for s in input_shape)
     if len(input_shape) < 2 or min(input_shape) <= 0:
         raise ValueError(

@@ -37,6 +37,10 @@ class Tensor:
     stores_grad: autograd yields its gradient from ``autograd.backward`` (parameters).
     """
 
+    # NumPy hands `ndarray + tensor` to the tensor (which refuses it, as `tensor + ndarray`),
+    # instead of adding the tensor to every element into an object array of tensors.
+    __array_ufunc__ = None
+
     def __init__(
         self,
         shape=(),

@@ -1,5 +1,7 @@
 """Planning on shapes alone gives the figures a real run measures, byte for byte."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -7,7 +9,7 @@ from nnmem import device, opt, tensor
 from nnmem.cli import main
 from nnmem.measure import measure_step
 from nnmem.models import create_model
-from nnmem.planning import plan
+from nnmem.planning import plan, smallest_pool
 
 ZOO = {
     "cnn": ((4, 1, 28, 28), {}),
@@ -102,6 +104,47 @@ def test_planning_allocates_no_bytes_and_runs_nothing():
 def test_plan_rejects_malformed_shapes():
     with pytest.raises(ValueError, match="batch"):
         plan(create_model("mlp"), (0, 784))
+
+
+def mlp():
+    return create_model("mlp", hidden=(16,), num_classes=10)
+
+
+def test_plan_takes_a_budget_as_text_as_compile_does():
+    """offload="dyn" compared the text with a number (a TypeError)."""
+    by_text = plan(mlp(), (4, 20), offload="dyn", budget="16MiB")
+    by_number = plan(mlp(), (4, 20), offload="dyn", budget=16 * 2**20)
+    assert [t.peak_bytes for t in by_text.techniques] == [
+        t.peak_bytes for t in by_number.techniques
+    ]
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: plan(mlp(), (4, 20), offload=None), "plan(offload=None): choose one of"),
+        (lambda: plan(mlp(), (4, 20), recompute=None), "plan(recompute=None): choose one of"),
+        (lambda: plan(mlp(), (4, 20), budget="bogus"), "cannot read 'bogus' as a size"),
+        (lambda: plan(mlp(), (4, 20), budget=0), "plan(budget=0): give a positive number"),
+        (lambda: plan(mlp(), (4.7, 20)), "the sizes must be whole numbers"),
+        (lambda: smallest_pool(mlp(), (4, 20), offload="bogus"), "choose 'none', 'conv'"),
+    ],
+    ids=["offload-None", "recompute-None", "budget-text", "budget-0", "float-size", "pool-offload"],
+)
+def test_plan_refuses_arguments_it_would_misread(call, message):
+    """None for a technique planned a row without it under its name; a float size was
+    truncated; smallest_pool took any offload when eager."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call()
+
+
+def test_plan_refuses_a_model_compiled_before():
+    """It compiles the model on a planning device of its own: a model planned or compiled
+    before lives on another device (the error blamed two devices the user never made)."""
+    model = mlp()
+    plan(model, (4, 20))
+    with pytest.raises(ValueError, match="was compiled already .* give a new, uninitialised"):
+        plan(model, (8, 20))
 
 
 def test_cli_plan_table_budget_and_searches(capsys):

@@ -354,6 +354,14 @@ def test_format_bytes():
     assert format_bytes(-2048) == "-2.0 KiB"
 
 
+def test_a_size_is_a_whole_number_of_bytes():
+    """1.5 became 1 byte; 1e20 (a float) was refused as text; a whole float is its int."""
+    assert parse_bytes(1e9) == 10**9 and parse_bytes(1e20) == 10**20
+    for bad in (1.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="whole number"):
+            parse_bytes(bad)
+
+
 @pytest.mark.parametrize("n", [512, 3 * 2**20, 5 * 2**30, 7 * 2**40, 2 * 2**50])
 def test_a_printed_size_reads_back(n):
     """What format_bytes prints (PiB included), parse_bytes takes: a size from a report can

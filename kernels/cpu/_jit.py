@@ -110,8 +110,13 @@ def njit(*, cache=False, **options):
 
     Every kernel releases the GIL while it runs (``nogil=True``, unless told otherwise): it
     touches no Python object, and another thread -- the copy stream's worker moving tensors to
-    host memory, a second model's step -- can then run beside it instead of waiting for it."""
+    host memory, a second model's step -- can then run beside it instead of waiting for it.
+
+    Division follows IEEE, as NumPy's does (``error_model="numpy"``): x / 0 is inf or nan.
+    Numba's default, Python's rule, raised ZeroDivisionError from a kernel (SystemError from a
+    parallel one), and from an optimizer's update, in the middle of a commit."""
     options.setdefault("nogil", True)
+    options.setdefault("error_model", "numpy")
 
     def decorate(py_func):
         dispatcher = numba.njit(**options)(py_func)

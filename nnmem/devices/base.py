@@ -256,6 +256,9 @@ class Device:
         blocks deferred by recycling off; a step that returns counts as an iteration."""
         with self.lock:
             self._steps_running += 1
+            if self._steps_running == 1:  # no step runs: arenas whose steps were collected fit
+                self.graph_arena.fit()
+                self.host.graph_arena.fit()
             if self.cache is not None and self._steps_running == 1:
                 self.cache.new_iteration()
             try:

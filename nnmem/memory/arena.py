@@ -25,15 +25,17 @@ class SharedArena:
     def join(self, step, nbytes):
         """Make room for a plan of `nbytes` and place `step` (and, if the arena moved, every
         other user) at the arena's offset via ``step.place(offset)``."""
+        if step not in self._needs:  # once per step, however often it joins
+            # A step collected by the garbage collector leaves: the arena is freed when none is
+            # left (safe at any moment: nothing uses it), shrunk by the next fit() otherwise.
+            weakref.finalize(step, self._release_if_unused)
         self._needs[step] = nbytes
         if nbytes <= self.size:
             self._users.add(step)
-            weakref.finalize(step, self._release_if_unused)
             getattr(step, self._place)(self.offset)
             return
         self._resize(nbytes)  # raises OutOfMemory with every current user placed as before
         self._users.add(step)
-        weakref.finalize(step, self._release_if_unused)
         for user in list(self._users):
             getattr(user, self._place)(self.offset)
 
@@ -47,6 +49,12 @@ class SharedArena:
         self._users.discard(step)
         self._needs.pop(step, None)
         self._release_if_unused()
+        self.fit()
+
+    def fit(self):
+        """Shrink to the largest plan of the steps still using it (the others left or were
+        collected), placing them again. Only between steps (it may move the arena): the device
+        calls it as a step begins, and leave() does."""
         largest = max(self._needs.values(), default=0)
         if self.offset is not None and largest < self.size:
             self._resize(largest)

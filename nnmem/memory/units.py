@@ -22,10 +22,14 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 def parse_bytes(size):
     """An int of bytes from an int or a string such as "12GiB", "512MiB", "1.5GB", "4096"."""
+    if isinstance(size, float) and size.is_integer():  # 1e9, 2.0 * 2**30: whole bytes
+        size = int(size)
     if isinstance(size, int) and not isinstance(size, bool):
         if size < 0:
             raise ValueError(f"a size in bytes cannot be negative: {size}")
         return size
+    if isinstance(size, float):  # 1.5 bytes, nan, inf: no whole number of bytes
+        raise ValueError(f"a size in bytes is a whole number, not {size}")
     match = _SIZE.match(str(size))
     unit = match.group(2).upper() if match else None
     if match is None or unit not in _PARSE_UNITS:

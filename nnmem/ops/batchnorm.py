@@ -38,6 +38,11 @@ class BatchNorm2d(Operator):
                 writes=(y,),
             )
             return y
+        if x.shape[0] * x.shape[2] * x.shape[3] == 0:  # no sample: the statistics would be NaN
+            raise ValueError(
+                f"batchnorm: an input of {x.shape} has no value per channel to train on (an "
+                "empty batch), and would set the running statistics to NaN"
+            )
         # float64 statistics: a recomputation rebuilds y from them bit for bit (the kernel
         # computes them in float64; storing them as float32 would round them).
         mean, invstd = self.output((c,), np.float64), self.output((c,), np.float64)

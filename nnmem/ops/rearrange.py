@@ -16,7 +16,13 @@ from nnmem.operation import Operator
 from nnmem.ops.arith import Reshape
 from nnmem.ops.broadcast import reduce_to
 from nnmem.ops.shape import cat
-from nnmem.ops.strides import broadcast_shape, broadcast_strides, check_rank, contiguous_strides
+from nnmem.ops.strides import (
+    axis_index,
+    broadcast_shape,
+    broadcast_strides,
+    check_rank,
+    contiguous_strides,
+)
 from nnmem.ops.strides import pad as padded
 from nnmem.ops.transform import Slice, transpose
 
@@ -25,7 +31,9 @@ _ALL = builtins.slice(None)
 
 def slice(x, starts, ends, axes=None, steps=None):  # noqa: A001 (ONNX's and SINGA's name)
     """x[starts[i]:ends[i]:steps[i]] along axes[i] (the first len(starts) axes by default)."""
-    axes = list(range(len(starts))) if axes is None else [a % x.ndim() for a in axes]
+    if axes is None:
+        axes = list(range(len(starts)))
+    axes = [axis_index("slice", a, x.ndim()) for a in axes]
     steps = [1] * len(starts) if steps is None else list(steps)
     key = [_ALL] * x.ndim()
     for axis, start, end, step in zip(axes, starts, ends, steps):
@@ -35,12 +43,12 @@ def slice(x, starts, ends, axes=None, steps=None):  # noqa: A001 (ONNX's and SIN
 
 def split(x, axis, parts, num_output=None):
     """Pieces of x along `axis` of the sizes in `parts` (or `num_output` equal pieces)."""
-    axis %= x.ndim()
+    axis = axis_index("split", axis, x.ndim())
     if parts is None:
         if not num_output or x.shape[axis] % num_output:
             raise ValueError(f"split: {num_output} equal parts of an axis of {x.shape[axis]}")
         parts = [x.shape[axis] // num_output] * num_output
-    if sum(parts) != x.shape[axis]:
+    if any(size < 0 for size in parts) or sum(parts) != x.shape[axis]:
         raise ValueError(f"split: parts {list(parts)} do not add up to {x.shape[axis]}")
     pieces, start = [], 0
     for size in parts:
@@ -52,10 +60,12 @@ def split(x, axis, parts, num_output=None):
 def gather(x, axis, indices):
     """Entries `indices` (a list of ints, or a list of lists) of x along `axis`: output rank
     rank(indices) + rank(x) - 1, as ONNX's Gather."""
-    axis %= x.ndim()
+    axis = axis_index("gather", axis, x.ndim())
     size = x.shape[axis]
 
     def pick(index):
+        if not -size <= index < size:
+            raise IndexError(f"gather: index {index} is out of range for an axis of {size}")
         return slice(x, [index % size], [index % size + 1], [axis])
 
     def take(ids):

@@ -9,6 +9,7 @@ import math
 
 from nnmem.operation import Operator
 from nnmem.ops.arith import Reshape
+from nnmem.ops.strides import axis_index
 
 
 class Flatten(Reshape):
@@ -34,7 +35,7 @@ class Cat(Operator):
         self.axis = axis
 
     def forward(self, *xs):
-        axis = self.axis % xs[0].ndim()
+        axis = axis_index("concat", self.axis, xs[0].ndim())
         for x in xs[1:]:
             if (
                 x.ndim() != xs[0].ndim()

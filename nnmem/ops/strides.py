@@ -19,6 +19,16 @@ def check_rank(op, shape):
         )
 
 
+def axis_index(op, axis, ndim):
+    """`axis` (negative counts from the end, as in NumPy) as an index in 0..ndim-1; ValueError
+    outside -ndim..ndim-1, where `% ndim` would silently take another axis."""
+    if not -ndim <= axis < ndim:
+        raise ValueError(
+            f"{op}: axis {axis} is out of range for a {ndim}-D tensor (give {-ndim} to {ndim - 1})"
+        )
+    return axis % ndim
+
+
 def pad(values, fill):
     """`values` padded on the left with `fill` to MAX_DIMS entries."""
     return (fill,) * (MAX_DIMS - len(values)) + tuple(int(v) for v in values)

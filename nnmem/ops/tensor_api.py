@@ -26,6 +26,7 @@ from nnmem.ops.activation import sigmoid as _sigmoid
 from nnmem.ops.arith import Scale
 from nnmem.ops.linear import matmul
 from nnmem.ops.shape import cat
+from nnmem.ops.strides import axis_index
 from nnmem.tensor import Tensor
 
 
@@ -384,7 +385,7 @@ def repeat(t, repeats, axis=None):
     if axis is None:
         t, axis = t.reshape((t.size(),)), 0
     scales = [1] * t.ndim()
-    scales[axis % t.ndim()] = repeats
+    scales[axis_index("repeat", axis, t.ndim())] = repeats
     return rearrange.upsample(t, "nearest", scales)
 
 

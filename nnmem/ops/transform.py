@@ -9,7 +9,7 @@ the shape: views on the same block, like Reshape.
 
 from nnmem.operation import Operator
 from nnmem.ops.arith import Reshape
-from nnmem.ops.strides import check_rank, contiguous_strides, pad
+from nnmem.ops.strides import axis_index, check_rank, contiguous_strides, pad
 
 
 class Transpose(Operator):
@@ -22,7 +22,7 @@ class Transpose(Operator):
     def forward(self, x):
         n = x.ndim()
         perm = tuple(reversed(range(n))) if self.perm is None else self.perm
-        if sorted(p % n for p in perm) != list(range(n)) or len(perm) != n:
+        if any(not -n <= p < n for p in perm) or sorted(p % n for p in perm) != list(range(n)):
             raise ValueError(f"transpose: {perm} is not a permutation of the {n} axes of {x.shape}")
         check_rank("transpose", x.shape)
         self.perm = perm = tuple(p % n for p in perm)
@@ -103,7 +103,10 @@ def squeeze(x, axis=None):
     """x without the size-1 axes listed in `axis` (all size-1 axes by default): a view."""
     axes = [] if axis is None else [axis] if isinstance(axis, int) else list(axis)
     n = x.ndim()
-    axes = {a % n for a in axes} if axes else {i for i, s in enumerate(x.shape) if s == 1}
+    if axes:
+        axes = {axis_index("squeeze", a, n) for a in axes}
+    else:
+        axes = {i for i, s in enumerate(x.shape) if s == 1}
     if any(x.shape[a] != 1 for a in axes):
         raise ValueError(f"squeeze: axes {sorted(axes)} of {x.shape} are not all of size 1")
     return Reshape(tuple(s for i, s in enumerate(x.shape) if i not in axes))(x)
@@ -113,7 +116,7 @@ def unsqueeze(x, axis=-1):
     """x with new size-1 axes at the positions `axis` (an int or a list) of the result: a view."""
     axes = [axis] if isinstance(axis, int) else list(axis)
     n = x.ndim() + len(axes)
-    positions = sorted(a % n for a in axes)
+    positions = sorted(axis_index("unsqueeze", a, n) for a in axes)
     shape = list(x.shape)
     for p in positions:
         shape.insert(p, 1)
