@@ -139,3 +139,31 @@ def test_nnmem_pool_bytes_is_named_when_it_is_not_a_size(monkeypatch):
         device.default_pool_bytes()
     monkeypatch.setenv("NNMEM_POOL_BYTES", "")  # empty: unset, as NNMEM_CUDA_FALLBACK
     assert device.default_pool_bytes() == 2 * 2**30
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda t: t / 2, "int32 times 0.5"),
+        (lambda t: t * 0.5, "int32 times 0.5"),
+        (lambda t: autograd.mse_loss(t, t), "predictions must be a float tensor"),
+        (
+            lambda t: autograd.softmax_cross_entropy(autograd.reshape(t, (1, 2)), F([0], np.int32)),
+            "logits must be a float tensor",
+        ),
+    ],
+    ids=["divide", "scale", "mse", "cross-entropy"],
+)
+def test_an_int32_tensor_is_not_truncated_silently(call, message):
+    """[1, 3] / 2 gave [0, 1] and int32 losses truncated; as int32 + 0.5 and exp already,
+    these are refused."""
+    with pytest.raises(TypeError, match=message):
+        call(F([1, 3], np.int32))
+    np.testing.assert_array_equal(tensor.to_numpy(F([1, 3], np.int32) * 2), [2, 6])
+
+
+def test_average_over_an_axis_drops_it():
+    """As SINGA's Average and np.mean: (2, 3) over axis 0 is (3,), not (1, 3)."""
+    mean = tensor.average(F(A), 0)
+    assert mean.shape == (3,)
+    np.testing.assert_allclose(tensor.to_numpy(mean), A.mean(axis=0))

@@ -14,6 +14,7 @@ import re
 import shlex
 from typing import NamedTuple
 
+import numpy as np
 import pytest
 from training import planned_step
 
@@ -440,3 +441,14 @@ def test_in_a_browser_a_curve_far_above_the_selected_one_starts_unticked(
     boxes.nth(0).check()
     assert view.locator("path.curve").count() == 2
     assert not problems, problems
+
+
+def test_the_writer_refuses_an_empty_timeline_and_takes_numpy_numbers(tmp_path):
+    """An empty timeline drew a curve through NaN; a title of None and a NumPy byte count
+    stopped the writer (an AttributeError, a TypeError from JSON)."""
+    with pytest.raises(ValueError, match=r"\['x'\] have no operation"):
+        write_viewer(tmp_path / "empty.html", [Timeline("x", [], [], [])], "empty")
+    path = tmp_path / "numpy.html"
+    write_viewer(path, [Timeline("x", ["a"], [np.int64(512)], [1])], None)
+    data = read_viewer_data(path)
+    assert data["title"] == "None" and data["techniques"][0]["bytes"] == [512]

@@ -23,6 +23,8 @@ import importlib.resources
 import json
 import re
 
+import numpy as np
+
 _DATA = re.compile(r'<script id="nnmem-data" type="application/json">(.*?)</script>', re.S)
 _PLACEHOLDER = re.compile(r"__TITLE__|__DATA__")
 
@@ -39,6 +41,9 @@ def viewer_data(timelines, title, lanes=None, selected=None):
     timeline), `lanes` as {label: [[lane, name, start, end], ...]} (seconds from the step's
     start), and the label of the technique whose tensors the page shows first (`selected`,
     default: the first with tensors)."""
+    empty = [t.label for t in timelines if not t.names]
+    if empty:  # the page would draw a curve through no point (NaN coordinates)
+        raise ValueError(f"the timelines {empty} have no operation: there is nothing to draw")
     techniques = [
         {
             "label": t.label,
@@ -54,7 +59,7 @@ def viewer_data(timelines, title, lanes=None, selected=None):
     if selected is not None and selected not in labels:
         raise ValueError(f"selected={selected!r}: choose a planned technique, one of {labels}")
     return {
-        "title": title,
+        "title": str(title),
         "techniques": techniques,
         "lanes": {label: [list(call) for call in calls] for label, calls in (lanes or {}).items()},
         "selected": selected if selected is not None else (labels[0] if labels else None),
@@ -66,13 +71,20 @@ def write_viewer(path, timelines, title, lanes=None, selected=None):
     data = viewer_data(timelines, title, lanes, selected)
     # JSON inside <script>: "</script>" in a name would end the element; \u003c is still "<"
     # to JSON.parse. Strings only: numbers and keys never hold these characters.
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False, default=_plain)
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     # one pass: a title that spells a placeholder is not filled in again
-    fill = {"__TITLE__": html.escape(title), "__DATA__": text}
+    fill = {"__TITLE__": html.escape(data["title"]), "__DATA__": text}
     page = _PLACEHOLDER.sub(lambda m: fill[m.group(0)], _page())
     with open(path, "w", encoding="utf-8") as f:
         f.write(page)
+
+
+def _plain(value):
+    """A NumPy number (a byte count from an array) as the Python number JSON writes."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"the viewer's data holds a {type(value).__name__}, which JSON cannot write")
 
 
 def read_viewer_data(path):

@@ -80,6 +80,11 @@ class Scale(Operator):
         self.alpha = float(alpha)
 
     def forward(self, x):
+        if x.dtype.kind != "f" and not self.alpha.is_integer():
+            raise TypeError(
+                f"scale: {x.dtype} times {self.alpha:g} (or divided) would be truncated to "
+                f"{x.dtype}; convert the tensor to a float one first"
+            )
         return _scaled(self, x, self.alpha)
 
     def backward(self, dy):

@@ -16,6 +16,7 @@ class SoftMaxCrossEntropy(Operator):
             )
         n, c = x.shape
         _check_not_empty("softmax_cross_entropy", n)
+        _check_float("softmax_cross_entropy", "logits", x)
         if t.shape == (n, 1) and t.dtype.kind == "i" and c != 1:  # SINGA's column of ids
             t = t.reshape((n,))
         if t.shape == (n,):
@@ -67,6 +68,7 @@ class MeanSquareError(Operator):
             )
         n = x.shape[0] if x.ndim() else 1
         _check_not_empty("mse", n)
+        _check_float("mse", "predictions", x)
         shape2d = (n, x.size() // max(n, 1))
         loss, err = self.output((1,), x.dtype), self.output(x.shape, x.dtype)
         self.run(
@@ -94,6 +96,12 @@ class MeanSquareError(Operator):
             inplace=((dx, err),),
         )
         return dx, None
+
+
+def _check_float(op, what, x):
+    """A loss is a float: int32 inputs would give a truncated, int32 loss."""
+    if x.dtype.kind != "f":
+        raise TypeError(f"{op}: {what} must be a float tensor, not {x.dtype}; convert them first")
 
 
 def _check_not_empty(loss, n):

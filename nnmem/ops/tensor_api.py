@@ -311,10 +311,11 @@ def sum(t, axis=None, out=None):  # noqa: A001 (SINGA's name)
 
 
 def average(t, axis=None):
-    """The mean over `axis`; a float when axis is None (as SINGA)."""
+    """The mean over `axis`, without it (as SINGA's Average and NumPy's mean); a float when
+    axis is None (as SINGA)."""
     if axis is None:
         return float(_tensor.to_numpy(t).mean())
-    return reduce.reduce_mean(t, axis)
+    return reduce.reduce_mean(t, axis, keepdims=False)
 
 
 def softmax(t, out=None):
