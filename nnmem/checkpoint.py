@@ -67,7 +67,8 @@ _END_RECORD_SIGNATURE, _END_RECORD_SIZE, _END_RECORD_COUNT_AT = b"PK\x05\x06", 2
 # Before it, for zip64: the zip64 end record (56 bytes; its member count and directory size
 # at byte 32) and its locator (20 bytes).
 _ZIP64_END_SIGNATURE, _ZIP64_LOCATOR_SIGNATURE = b"PK\x06\x06", b"PK\x06\x07"
-_ZIP64_RECORDS_SIZE, _ZIP64_LOCATOR_SIZE, _ZIP64_COUNT_AT = 56 + 20, 20, 32
+_ZIP64_LOCATOR_SIZE, _ZIP64_COUNT_AT = 20, 32
+_ZIP64_RECORDS_SIZE = 56 + _ZIP64_LOCATOR_SIZE
 _SPOOL_IN_MEMORY = 16 * 2**20  # a tensor_dict.npz larger than this is spooled to a temp file
 _CHUNK = 2**20  # bytes copied at a time
 _FIX = "give a file written by Model.save_states"

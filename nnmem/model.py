@@ -348,6 +348,7 @@ class Model(Layer):
             if dev.commits == commits:  # its first run failed before the commit: keep nothing
                 del self._graphs[key]  # (so the undo forgets the optimizer state it made)
                 compiled.leave_arenas()
+                dev.fit_arenas()  # an arena it grew shrinks back to the other steps' plans
             raise
 
     def _record(self, dev, step, inputs, kwargs):

@@ -256,9 +256,7 @@ class Device:
         blocks deferred by recycling off; a step that returns counts as an iteration."""
         with self.lock:
             self._steps_running += 1
-            if self._steps_running == 1:  # no step runs: arenas whose steps were collected fit
-                self.graph_arena.fit()
-                self.host.graph_arena.fit()
+            self.fit_arenas()  # the steps the garbage collector took since the last one
             if self.cache is not None and self._steps_running == 1:
                 self.cache.new_iteration()
             try:
@@ -269,6 +267,14 @@ class Device:
                     with deferred_interrupts():  # a Ctrl-C here would leak the rest
                         self._release_deferred()
             self.iteration += 1
+
+    def fit_arenas(self):
+        """Shrink the graph arenas (the device's and the host pool's) to the plans of the
+        compiled steps still using them, unless another step runs (an arena may move): at the
+        start of a step, and when a step is dropped whose first run failed."""
+        if self._steps_running <= 1:
+            self.graph_arena.fit()
+            self.host.graph_arena.fit()
 
     @contextlib.contextmanager
     def commit_phase(self):

@@ -43,18 +43,16 @@ class SharedArena:
         return step in self._users
 
     def leave(self, step):
-        """Take `step` out. The arena goes back to the pool when no step uses it any more, or
-        shrinks to the largest plan of those that still do (a step that grew it and failed
-        leaves nothing behind), placing them again: between steps nothing in it is live."""
+        """Take `step` out (to be planned again, or for good); the arena goes back to the pool
+        when no step uses it any more. It keeps its size otherwise: fit() shrinks it."""
         self._users.discard(step)
         self._needs.pop(step, None)
         self._release_if_unused()
-        self.fit()
 
     def fit(self):
-        """Shrink to the largest plan of the steps still using it (the others left or were
-        collected), placing them again. Only between steps (it may move the arena): the device
-        calls it as a step begins, and leave() does."""
+        """Shrink to the largest plan of the steps still using it (the others left for good or
+        were collected), placing them again. Only when no step runs (it may move the arena):
+        Device.fit_arenas."""
         largest = max(self._needs.values(), default=0)
         if self.offset is not None and largest < self.size:
             self._resize(largest)

@@ -9,16 +9,14 @@ mean = sum scaled by 1 / (number of summed elements), in the same kernel call.
 import math
 
 from nnmem.operation import Operator
-from nnmem.ops.strides import check_rank, contiguous_strides, pad, reduction
+from nnmem.ops.strides import axis_index, check_rank, contiguous_strides, pad, reduction
 
 
 def _axes(op, axes, ndim):
     if axes is None:
         return tuple(range(ndim))
     axes = (axes,) if isinstance(axes, int) else tuple(axes)
-    if any(not -ndim <= a < ndim for a in axes):
-        raise ValueError(f"{op}: axes {axes} out of range for a {ndim}-D tensor")
-    return tuple(sorted({a % ndim for a in axes}))
+    return tuple(sorted({axis_index(op, a, ndim) for a in axes}))
 
 
 class Sum(Operator):
