@@ -6,9 +6,9 @@
 For each model (ResNet-50 on a small input, Inception, DenseNet), one training step compiled
 four times on the CPU device, from the same seed and data:
 - "off": every operation with all the cores, serial BFS replay (the uniform baseline);
-- "1-2", "1-3", "1-4": nnmem.graph.concurrency's strategies (see its docstring).
+- "1-2", "1-3", "1-4": nnmem.graph.concurrency's policies (see its docstring).
 
-Printed per model: seconds per step of each mode (best of --windows alternating windows of
+Printed per model: seconds per step of each policy (best of --windows alternating windows of
 --steps steps, after the profiling steps), the speed-up over "off", what profiling cost (its
 steps and seconds), and whether the losses and every state after the run are bit-identical to
 "off". Then the prediction accuracy of hill climbing's linear interpolation: every operation
@@ -40,11 +40,11 @@ MODELS = {
     "inception": ("inception", (8, 3, 32, 32), dict()),
     "densenet": ("densenet", (8, 3, 32, 32), dict()),
 }
-MODES = ("off", "1-2", "1-3", "1-4")
+POLICIES = ("off", "1-2", "1-3", "1-4")
 
 
-def build(name, mode, seed=0, batch=None):
-    """(model, tx, ty) compiled for `mode`, with a fixed batch in the placeholders (of the
+def build(name, policy, seed=0, batch=None):
+    """(model, tx, ty) compiled for `policy`, with a fixed batch in the placeholders (of the
     model's own size, or `batch` images)."""
     zoo_name, shape, kwargs = MODELS[name]
     if batch is not None:
@@ -55,7 +55,7 @@ def build(name, mode, seed=0, batch=None):
     model.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
     tx = tensor.PlaceHolder(shape, dev)
     ty = tensor.PlaceHolder(shape[:1], dev, tensor.int32)
-    model.compile([tx], is_train=True, use_graph=True, concurrency=mode)
+    model.compile([tx], is_train=True, use_graph=True, concurrency=policy)
     rng = np.random.default_rng(seed)
     tx.copy_from_numpy(rng.standard_normal(shape).astype(np.float32))
     ty.copy_from_numpy(rng.integers(0, 10, shape[0]).astype(np.int32))
@@ -66,9 +66,9 @@ def loss_of(result):
     return float(tensor.to_numpy(result[1])[0])
 
 
-def run_mode(name, mode, batch=None):
+def run_policy(name, policy, batch=None):
     """Train through the profiling steps; (model, tx, ty, losses, profile)."""
-    model, tx, ty = build(name, mode, batch=batch)
+    model, tx, ty = build(name, policy, batch=batch)
     losses = [loss_of(model(tx, ty))]
     step = model.compiled_step(tx, ty)
     while step.concurrency is not None and step.concurrency.profiling:
@@ -144,47 +144,47 @@ def main():
     print(f"{cores} cores; Numba threading layer: {layer}")
     all_identical = True
     for name in args.models:
-        runs = {mode: run_mode(name, mode, args.batch) for mode in MODES}
-        best = {mode: float("inf") for mode in MODES}
-        for _ in range(args.windows):  # alternating windows: every mode sees the same machine
-            for mode, (model, tx, ty, losses, _) in runs.items():
+        runs = {policy: run_policy(name, policy, args.batch) for policy in POLICIES}
+        best = {policy: float("inf") for policy in POLICIES}
+        for _ in range(args.windows):  # alternating windows: every policy sees the same machine
+            for policy, (model, tx, ty, losses, _) in runs.items():
                 time.sleep(args.settle)  # the last window's idle threads go to sleep first
                 start = time.perf_counter()
                 for _ in range(args.steps):
                     losses.append(loss_of(model(tx, ty)))
-                best[mode] = min(best[mode], (time.perf_counter() - start) / args.steps)
+                best[policy] = min(best[policy], (time.perf_counter() - start) / args.steps)
         total = max(len(run[3]) for run in runs.values())
         outcome = {}
-        for mode, (model, tx, ty, losses, _) in runs.items():
-            while len(losses) < total:  # as many steps as the mode that profiled longest
+        for policy, (model, tx, ty, losses, _) in runs.items():
+            while len(losses) < total:  # as many steps as the policy that profiled longest
                 losses.append(loss_of(model(tx, ty)))
             states = {k: tensor.to_numpy(v) for k, v in model.get_states().items()}
-            outcome[mode] = (losses, states)
+            outcome[policy] = (losses, states)
         figures = {}
         batch = runs["off"][1].shape[0]
         print(
             f"\n{name}, batch {batch}: seconds per step "
             f"(best of {args.windows} windows of {args.steps})"
         )
-        print(f"  {'mode':5} {'s/step':>8} {'speed-up':>8} {'profiling':>16} {'identical':>9}")
-        for mode in MODES:
-            profile = runs[mode][4]
-            same = identical(outcome[mode], outcome["off"])
+        print(f"  {'policy':6} {'s/step':>8} {'speed-up':>8} {'profiling':>16} {'identical':>9}")
+        for policy in POLICIES:
+            profile = runs[policy][4]
+            same = identical(outcome[policy], outcome["off"])
             all_identical &= same
             cost = (
                 f"{profile['profiling_steps']} st {profile['profiling_seconds']:.2f} s"
                 if profile
                 else "-"
             )
-            figures[mode] = {
-                "seconds_per_step": best[mode],
-                "speedup_over_off": best["off"] / best[mode],
+            figures[policy] = {
+                "seconds_per_step": best[policy],
+                "speedup_over_off": best["off"] / best[policy],
                 "profiling_steps": profile["profiling_steps"] if profile else 0,
                 "profiling_seconds": profile["profiling_seconds"] if profile else 0.0,
                 "identical_to_off": same,
             }
             print(
-                f"  {mode:5} {best[mode]:8.3f} {best['off'] / best[mode]:8.2f} {cost:>16} "
+                f"  {policy:6} {best[policy]:8.3f} {best['off'] / best[policy]:8.2f} {cost:>16} "
                 f"{'yes' if same else 'NO':>9}"
             )
         smt = runs["1-4"][4]
@@ -203,7 +203,7 @@ def main():
                 f"{predicted} predicted (operation, count) pairs"
             )
         results["models"][name] = {
-            "modes": figures,
+            "policies": figures,
             "prediction_accuracy": accuracy,
             "predicted_pairs": predicted,
             "smt_threads_per_core": smt["smt_threads_per_core"],

@@ -24,6 +24,7 @@ import numpy as np
 
 import nnmem.kernels.cpu as K
 from nnmem.cli.arguments import output_file, positive_int
+from nnmem.kernels import sizes
 from nnmem.kernels.cpu import blas
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -63,11 +64,11 @@ def passes(n, c, h, o, s, rng):
     """{algorithm: {pass: function}} for the shape, on fresh arrays."""
     x = rng.standard_normal((n, c, h, h), dtype=np.float32)
     w = rng.standard_normal((o, c, 3, 3), dtype=np.float32)
-    _, _, oh, ow = K.conv2d_output_shape(n, c, h, h, o, 3, 3, s, s, 1, 1)
+    _, _, oh, ow = sizes.conv2d_output_shape(n, c, h, h, o, 3, 3, s, s, 1, 1)
     dy = rng.standard_normal((n, o, oh, ow), dtype=np.float32)
     y, dx, dw = np.empty_like(dy), np.empty_like(x), np.empty_like(w)
     gemm_ws = np.empty(
-        n * K.conv2d_gemm_workspace_per_sample(c, h, h, o, 3, 3, s, s, 1, 1), x.dtype
+        n * sizes.conv2d_gemm_workspace_per_sample(c, h, h, o, 3, 3, s, s, 1, 1), x.dtype
     )
     runs = {
         "gemm": {
@@ -83,8 +84,8 @@ def passes(n, c, h, o, s, rng):
             "backward filter": lambda: K.conv2d_backward_filter_direct(dw, dy, x, s, s, 1, 1),
         },
     }
-    if K.conv3x3_applies(3, 3, s, s, 1, 1):
-        ws = np.empty(n * K.conv3x3_workspace_per_sample(c, o, h, h), x.dtype)
+    if sizes.conv3x3_applies(3, 3, s, s, 1, 1):
+        ws = np.empty(n * sizes.conv3x3_workspace_per_sample(c, o, h, h), x.dtype)
         runs["conv3x3"] = {
             "forward": lambda: K.conv3x3_forward(y, x, w, ws),
             "backward data": lambda: K.conv3x3_backward_data(dx, dy, w, ws),

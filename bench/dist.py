@@ -7,13 +7,13 @@ For each number of ranks N, `mpiexec -n N` runs this script's worker: every rank
 model in graph mode on its own random batch of --batch images (weak scaling: N ranks train on
 N times the images per step), with the same number of Numba threads in every run (the cores
 divided by the largest N, so that N ranks never share a core and 1 rank is a fair unit), with
-opt.DistOpt around SGD, once per exchange: plain (float32), half (float16 on the wire),
+opt.DistOpt around SGD, once per dist_option: plain (float32), half (float16 on the wire),
 sparseTopK (spars 0.01) and sparseThreshold (spars 0.001). Rank 0 times --steps steps after
 --warmup untimed ones (compilation, recording) and reports:
 
 - images/second of the whole job (N * batch * steps / seconds);
 - scaling efficiency: images/second with N ranks / (N * images/second with 1 rank), for the
-  same exchange (1.0: the exchanges cost nothing; on one machine the ranks also share its
+  same dist_option (1.0: the exchanges cost nothing; on one machine the ranks also share its
   memory bandwidth and caches);
 - bytes this rank put on the wire per step (DistOpt.wire_bytes: the payload, not MPI's
   protocol), and the seconds per step the step waited for its exchanges (the communication
@@ -34,7 +34,8 @@ import time
 
 from nnmem.cli.arguments import non_negative_int, output_file, positive_int
 
-EXCHANGES = {"plain": None, "half": None, "sparseTopK": 0.01, "sparseThreshold": 0.001}
+#: DistOpt's dist_option values, each with the spars it runs with
+DIST_OPTIONS = {"plain": None, "half": None, "sparseTopK": 0.01, "sparseThreshold": 0.001}
 SHAPES = {"cnn": (1, 28, 28), "mlp": (1, 28, 28), "resnet": (3, 32, 32)}
 
 
@@ -46,12 +47,13 @@ def worker(args):
     from nnmem.models import create_model
 
     results = []
-    for exchange in ["sgd", *EXCHANGES]:
+    for dist_option in ["sgd", *DIST_OPTIONS]:  # "sgd": SGD alone, no DistOpt
         sgd = opt.SGD(lr=0.02, momentum=0.9, weight_decay=1e-5)
-        if exchange == "sgd":
+        if dist_option == "sgd":
             dist = None
         else:
-            dist = opt.DistOpt(sgd, exchange=exchange, spars=EXCHANGES[exchange] or 0.05)
+            spars = DIST_OPTIONS[dist_option] or 0.05
+            dist = opt.DistOpt(sgd, dist_option=dist_option, spars=spars)
             if args.threshold is not None:
                 dist.threshold = args.threshold
         ranks = 1 if dist is None else dist.world_size
@@ -80,7 +82,7 @@ def worker(args):
         if rank == 0:
             results.append(
                 dict(
-                    exchange=exchange,
+                    dist_option=dist_option,
                     ranks=ranks,
                     threads=numba.get_num_threads(),
                     images_per_second=ranks * args.batch * args.steps / seconds,
@@ -131,24 +133,24 @@ def main():
         return worker(args)
     args.threads = max(1, (os.cpu_count() or 1) // max(args.ranks))
     rows = [row for ranks in args.ranks for row in launch(args, ranks)]
-    one = {r["exchange"]: r["images_per_second"] for r in rows if r["ranks"] == 1}
+    one = {r["dist_option"]: r["images_per_second"] for r in rows if r["ranks"] == 1}
     print(
         f"{args.model}, batch {args.batch} per rank, {args.threads} thread(s) per rank, "
         f"{args.steps} timed steps, graph mode"
     )
     print(
-        f"{'ranks':>5} {'exchange':16} {'threads':>7} {'images/s':>9} {'efficiency':>10} "
+        f"{'ranks':>5} {'dist_option':16} {'threads':>7} {'images/s':>9} {'efficiency':>10} "
         f"{'bytes/step':>11} {'wait ms/step':>12}"
     )
     for r in rows:
-        base = one.get(r["exchange"])
+        base = one.get(r["dist_option"])
         r["scaling_efficiency"] = (
             None if base is None else r["images_per_second"] / (r["ranks"] * base)
         )
         efficiency = "" if base is None else f"{r['scaling_efficiency']:.2f}"
         print(
-            f"{r['ranks']:>5} {r['exchange']:16} {r['threads']:>7} {r['images_per_second']:9.0f} "
-            f"{efficiency:>10} {r['wire_bytes_per_step']:>11,} "
+            f"{r['ranks']:>5} {r['dist_option']:16} {r['threads']:>7} "
+            f"{r['images_per_second']:9.0f} {efficiency:>10} {r['wire_bytes_per_step']:>11,} "
             f"{1e3 * r['wait_seconds_per_step']:12.2f}"
         )
     result = dict(

@@ -1,10 +1,10 @@
-"""Recomputation strategies (SuperNeurons' Table 1): extra recomputed operations and the peak
+"""Recomputation policies (SuperNeurons' Table 1): extra recomputed operations and the peak
 of speed-centric, memory-centric and cost-aware recomputation, for AlexNet, ResNet-50 and
 ResNet-101 (ImageNet shapes, batch 16 as in SuperNeurons' Table 1 setting unless given).
 
     python bench/recompute.py [--batch 16] [--json out.json]
 
-The claim checked: cost-aware reaches the memory-centric strategy's peak with no more than
+The claim checked: cost-aware reaches the memory-centric policy's peak with no more than
 25% more recomputations than the speed-centric one (SuperNeurons: AlexNet 17 versus 14 and
 23; ResNet-50 85 versus 84 and 118). Planned on shapes alone (nnmem.planning).
 """
@@ -45,13 +45,13 @@ def main():
     )
     for name, (model, kwargs, sample) in NETS.items():
         row = {}
-        for strategy in ("speed", "memory", "cost-aware"):
+        for policy in ("speed", "memory", "cost-aware"):
             t = plan(
-                create_model(model, **kwargs), (args.batch,) + sample, recompute=strategy
+                create_model(model, **kwargs), (args.batch,) + sample, recompute=policy
             ).techniques[2]
             # The step's peak is its lower bound (what any plan needs at the busiest step); the
             # placed arena adds a placement margin that differs from plan to plan.
-            row[strategy] = {
+            row[policy] = {
                 "recomputations": t.recomputations,
                 "peak_bytes": t.lower_bound_bytes,
                 "arena_peak_bytes": t.peak_bytes,

@@ -3,9 +3,10 @@ state) and ``states_attr.json`` (each state's type, shape and dtype).
 
 Saving is checked, then atomic: every state's name must come back from a zip member's name
 as it was, and the folder must exist; the zip is then written to a temporary file beside the
-target and renamed over it only once it is complete and on disk, so a failed or interrupted
-save leaves the previous checkpoint as it was. A symbolic link is saved through (its final
-target is replaced, the link kept), and an existing checkpoint keeps its permission bits.
+target and renamed over it only once it is complete and on disk (zip_io.write_zip_atomically),
+so a failed or interrupted save leaves the previous checkpoint as it was. A symbolic link is
+saved through (its final target is replaced, the link kept), and an existing checkpoint keeps
+its permission bits.
 
 Loading is all or nothing, and its memory is bounded by what the model expects:
 0. the path must name a regular file (a FIFO would block, /dev/zero would never end), the zip
@@ -16,30 +17,28 @@ Loading is all or nothing, and its memory is bounded by what the model expects:
    tensor can hold and small enough for the device pool's free bytes;
 2. tensor_dict.npz may then be no larger than those states need, so a zip bomb is refused
    before anything is decompressed;
-3. each array's .npy header is read (at most numpy's NPY_HEADER_LIMIT bytes) and checked
-   against states_attr.json before its data is read;
+3. each array's .npy header is read (at most numpy's limit, zip_io.NPY_HEADER_LIMIT bytes)
+   and checked against states_attr.json before its data is read;
 4. model states must be finite, and the auxiliary tensors are allocated;
 5. only then are the model's states written.
-No pickle is ever loaded.
+No pickle is ever loaded. The bounded reading and the atomic writing are zip_io's; this file
+holds the format, its limits and its checks, in the order load makes them. (It is over 400
+lines because each check has its own message, saying what is wrong and how to fix it.)
 """
 
 import collections
 import contextlib
-import io
+import functools
 import json
 import math
 import os
-import secrets
-import shutil
-import stat
-import struct
-import tempfile
 import zipfile
 import zlib
 from typing import NamedTuple
 
 import numpy as np
 
+from nnmem import zip_io
 from nnmem.interrupts import deferred_interrupts
 from nnmem.memory.units import format_bytes
 from nnmem.regular_file import open_regular
@@ -55,31 +54,13 @@ MAX_MEMBERS = 1024  # members of a checkpoint's zip read at most (nnmem and SING
 # to 82 (a checkpoint's two take about 150 bytes).
 MAX_DIRECTORY_BYTES = MAX_MEMBERS * 128
 MAX_ATTRS_BYTES = 16 * 2**20  # a state's entry takes about 70 bytes: room for 200,000 states
-NPY_HEADER_LIMIT = 10_000  # numpy's own limit on a .npy header (np.load's max_header_size)
-# What np.savez writes around a state's data, with room to spare: a .npy header of 128 bytes
-# and up to 22 more per dimension, and two zip records of ~60 bytes plus the member's name.
-_NPY_HEADER_ALLOWANCE, _NPY_HEADER_PER_DIM = 256, 24
-_ZIP_RECORDS_ALLOWANCE = 256
-_ZIP_END_RECORDS = 2**16 + 1024  # end-of-archive records, and a comment of at most 64 KiB
-# The end of central directory record: its signature, its size without the comment, and where
-# it holds the total number of members (APPNOTE.TXT 4.3.16).
-_END_RECORD_SIGNATURE, _END_RECORD_SIZE, _END_RECORD_COUNT_AT = b"PK\x05\x06", 22, 10
-# Before it, for zip64: the zip64 end record (56 bytes; its member count and directory size
-# at byte 32) and its locator (20 bytes).
-_ZIP64_END_SIGNATURE, _ZIP64_LOCATOR_SIGNATURE = b"PK\x06\x06", b"PK\x06\x07"
-_ZIP64_LOCATOR_SIZE, _ZIP64_COUNT_AT = 20, 32
-_ZIP64_RECORDS_SIZE = 56 + _ZIP64_LOCATOR_SIZE
-_SPOOL_IN_MEMORY = 16 * 2**20  # a tensor_dict.npz larger than this is spooled to a temp file
-_CHUNK = 2**20  # bytes copied at a time
 _FIX = "give a file written by Model.save_states"
 # What np.savez, np.savez_compressed and save write: a member stored otherwise (PPMd, Deflate64,
 # ...) or encrypted is foreign, and zipfile cannot read it anyway.
 _COMPRESSIONS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 # General purpose flag bits zipfile cannot read: 0 encrypted, 5 patched data, 6 strong encryption.
 _UNREADABLE_FLAGS = {0x1: "encrypted", 0x20: "compressed patched data", 0x40: "strongly encrypted"}
-_TEMP_PREFIX, _TEMP_SUFFIX = ".nnmem-save-", ".tmp"
 _MAX_SPAN = np.iinfo(np.intp).max  # the most bytes an array's nonzero sizes may span
-_MAX_NAME_BYTES = 2**16 - 1 - len(".npy")  # a zip member's name takes at most 65535 bytes
 
 
 class CheckpointError(ValueError):
@@ -119,45 +100,28 @@ def save(fpath, model_states, aux_states):
                 )
             tensors[name] = to_numpy(t)
             attrs[name] = {"state_type": kind, "shape": list(t.shape), "dtype": str(t.dtype)}
-    _write_zip_atomically(
-        fpath, {TENSOR_DICT_FILENAME: _npz(tensors), STATES_ATTR_FILENAME: json.dumps(attrs)}
-    )
+    members = {
+        TENSOR_DICT_FILENAME: zip_io.npz_bytes(tensors),
+        STATES_ATTR_FILENAME: json.dumps(attrs),
+    }
+    zip_io.write_zip_atomically(_save_target(fpath), members)
 
 
 def _check_name(name):
     """A state's name must come back from the file as it was: a str that a zip member's name
-    (NAME.npy: UTF-8, at most 65535 bytes, cut at a NUL by zipfile) can hold."""
+    (NAME.npy, zip_io.npy_name_fits) can hold."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"save_states: a state's name must be a non-empty str, not {name!r}")
-    try:
-        fits = "\0" not in name and len(name.encode("utf-8")) <= _MAX_NAME_BYTES
-    except UnicodeEncodeError:  # a lone surrogate
-        fits = False
-    if not fits:
+    if not zip_io.npy_name_fits(name):
         raise ValueError(
             f"save_states: the state name {_short(name)} cannot be stored in a zip (it must be "
-            f"UTF-8 of at most {_MAX_NAME_BYTES} bytes, without NUL); rename it"
+            f"UTF-8 of at most {zip_io.MAX_NPY_NAME_BYTES} bytes, without NUL); rename it"
         )
 
 
-def _npz(arrays):
-    """The bytes of an npz holding `arrays` ({name: ndarray}), as np.savez writes it: one
-    stored NAME.npy member each. Written here because np.savez takes the names as keyword
-    arguments, where a state called "file" or "allow_pickle" would be taken for its own."""
-    npz = io.BytesIO()
-    with zipfile.ZipFile(npz, mode="w", compression=zipfile.ZIP_STORED) as zf:
-        for name, array in arrays.items():
-            with zf.open(name + ".npy", mode="w", force_zip64=True) as member:
-                np.lib.format.write_array(member, array, allow_pickle=False)
-    return npz.getvalue()
-
-
-def _write_zip_atomically(fpath, members):
-    """Write a zip of `members` ({name: bytes or str}) to a temporary file beside `fpath`,
-    flush it to disk, then rename it over `fpath` (a rename is atomic on one file system).
-
-    A symbolic link is followed: its final target is what gets replaced, so the link stays a
-    link to the new checkpoint."""
+def _save_target(fpath):
+    """The file a save replaces: `fpath`'s final target, so that a symbolic link stays a link
+    to the new checkpoint; it must not be a folder, and its folder must exist."""
     path = _checked_path("save_states", fpath)
     target = os.path.realpath(path)
     if os.path.isdir(target):
@@ -171,19 +135,7 @@ def _write_zip_atomically(fpath, members):
             f"save_states: cannot write {path!r}: the folder {folder!r} does not exist or is "
             "not a folder; create it first"
         )
-    tmp_path, f = _create_beside(target)
-    try:
-        with f:
-            with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_DEFLATED) as zf:
-                for name, data in members.items():
-                    zf.writestr(name, data)
-            f.flush()
-            os.fsync(f.fileno())  # on disk before the rename: a crash cannot leave a short file
-        os.replace(tmp_path, target)
-    except BaseException:  # KeyboardInterrupt too: the old checkpoint stays, no debris is left
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp_path)
-        raise
+    return target
 
 
 def _checked_path(caller, fpath, alternative=""):
@@ -195,33 +147,6 @@ def _checked_path(caller, fpath, alternative=""):
             f"{caller}: fpath must be a path (str, bytes or os.PathLike){alternative}, "
             f"not {type(fpath).__name__}"
         ) from None
-
-
-def _create_beside(target):
-    """A new, uniquely named hidden file in `target`'s folder, open for writing: (path, file).
-
-    Its name is short (not derived from the target's: a target name near the file system's
-    limit would make it too long). It gets the permission bits of the file it will replace if
-    there is one, else those open() would give the checkpoint (0o666 less the umask), which
-    tempfile.mkstemp would narrow to 0o600."""
-    folder = os.path.dirname(os.path.abspath(target))
-    try:
-        existing = os.stat(target)
-        mode = stat.S_IMODE(existing.st_mode) if stat.S_ISREG(existing.st_mode) else None
-    except OSError:
-        mode = None
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    tmp_path = os.path.join(folder, f"{_TEMP_PREFIX}{secrets.token_hex(8)}{_TEMP_SUFFIX}")
-    fd = os.open(tmp_path, flags, 0o666)
-    try:
-        if mode is not None:  # set after creation, so that the umask does not narrow it
-            os.chmod(fd if os.chmod in os.supports_fd else tmp_path, mode)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp_path)
-        raise
-    return tmp_path, os.fdopen(fd, "wb")
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -300,30 +225,9 @@ def _opened(fpath):
 
 def _check_directory(fpath, f):
     """The zip's central directory is small: at most MAX_MEMBERS members in at most
-    MAX_DIRECTORY_BYTES. zipfile reads the whole directory and builds an object for every
-    entry in it (about 500 bytes each) before anything else can be checked, so a file of many
-    empty members would take memory out of proportion to any checkpoint. The figures are
-    those zipfile itself goes by: the end record's, or the zip64 end record's where its
-    locator comes right before (APPNOTE.TXT 4.3.14-4.3.16)."""
-    size = f.seek(0, os.SEEK_END)
-    tail_size = min(size, _ZIP_END_RECORDS)
-    f.seek(size - tail_size)
-    tail = f.read(tail_size)
-    at = tail.rfind(_END_RECORD_SIGNATURE)
-    if at < 0 or at + _END_RECORD_SIZE > len(tail):
-        f.seek(0)
-        return  # no end record: zipfile says the file is not a zip
-    members, directory = struct.unpack_from("<HL", tail, at + _END_RECORD_COUNT_AT)
-    end = size - tail_size + at  # where the end record starts in the file
-    if end >= _ZIP64_RECORDS_SIZE:
-        f.seek(end - _ZIP64_RECORDS_SIZE)
-        records = f.read(_ZIP64_RECORDS_SIZE)
-        locator = records[-_ZIP64_LOCATOR_SIZE:]
-        if locator.startswith(_ZIP64_LOCATOR_SIGNATURE) and records.startswith(
-            _ZIP64_END_SIGNATURE
-        ):
-            members, directory = struct.unpack_from("<QQ", records, _ZIP64_COUNT_AT)
-    f.seek(0)
+    MAX_DIRECTORY_BYTES, checked before zipfile reads it (zip_io.directory_size), so that a
+    file of many empty members cannot take memory out of proportion to any checkpoint."""
+    members, directory = zip_io.directory_size(f)
     if members > MAX_MEMBERS or directory > MAX_DIRECTORY_BYTES:
         raise _unreadable(
             fpath,
@@ -472,7 +376,8 @@ def _check_aux_states(fpath, states, dev):
 
 def _read_arrays(fpath, zf, states):
     """{name: ndarray} from tensor_dict.npz, which must hold exactly `states`."""
-    size, limit = zf.getinfo(TENSOR_DICT_FILENAME).file_size, _npz_size_limit(states)
+    shapes = {name: (s.shape, s.dtype) for name, s in states.items()}
+    size, limit = zf.getinfo(TENSOR_DICT_FILENAME).file_size, zip_io.npz_size_limit(shapes)
     if size > limit:
         raise _unreadable(
             fpath,
@@ -481,33 +386,13 @@ def _read_arrays(fpath, zf, states):
             f"lists take at most {limit} bytes in it: the file is damaged, "
             "or made to exhaust memory (a zip bomb)",
         )
-    # Reading the npz's members straight from the deflated stream would be slower: zipfile
-    # seeks backwards in it (to find the npz's index) by decompressing again from the start.
-    with (
-        zf.open(TENSOR_DICT_FILENAME) as member,
-        tempfile.SpooledTemporaryFile(_SPOOL_IN_MEMORY) as npz_file,
-    ):
-        shutil.copyfileobj(member, npz_file, _CHUNK)
-        npz_file.seek(0)
-        with zipfile.ZipFile(npz_file) as npz:
-            members = _npy_members(fpath, npz, states)
-            return {
-                name: _read_npy(fpath, npz, info, name, states[name])
-                for name, info in members.items()
-            }
-
-
-def _npz_size_limit(states):
-    """The most bytes an npz of exactly `states`, as np.savez writes it, can take: each state's
-    data, .npy header and zip records (which hold its name twice), and the archive's end."""
-    return _ZIP_END_RECORDS + sum(
-        s.nbytes
-        + _NPY_HEADER_ALLOWANCE
-        + _NPY_HEADER_PER_DIM * len(s.shape)
-        + _ZIP_RECORDS_ALLOWANCE
-        + 2 * len(name.encode())
-        for name, s in states.items()
-    )
+    refuse = functools.partial(_unreadable, fpath)
+    with zip_io.opened_npz(zf, TENSOR_DICT_FILENAME) as npz:
+        members = _npy_members(fpath, npz, states)
+        return {
+            name: zip_io.read_npy(npz, info, *shapes[name], STATES_ATTR_FILENAME, refuse)
+            for name, info in members.items()
+        }
 
 
 def _npy_members(fpath, npz, states):
@@ -529,70 +414,6 @@ def _npy_members(fpath, npz, states):
     for info in infos:
         _check_member(fpath, info, TENSOR_DICT_FILENAME)
     return members
-
-
-def _read_npy(fpath, npz, info, name, state):
-    """The array of one .npy member, read only once its header matches `state` and its size
-    is exactly that header and that data."""
-    with npz.open(info) as f:
-        shape, dtype, header_size = _read_npy_header(fpath, name, f)
-    if (shape, dtype) != (state.shape, state.dtype):
-        raise _unreadable(
-            fpath,
-            f"{name}.npy says {shape} {dtype} in its header but "
-            f"{STATES_ATTR_FILENAME} says {state.shape} {state.dtype}",
-        )
-    if info.file_size != header_size + state.nbytes:
-        raise _unreadable(
-            fpath,
-            f"{name}.npy is {info.file_size} bytes but its header "
-            f"({header_size} bytes) announces {state.nbytes} bytes of data "
-            "after it",
-        )
-    with npz.open(info) as f:  # all checked: numpy reads the array, a chunk at a time
-        return np.lib.format.read_array(f, allow_pickle=False, max_header_size=NPY_HEADER_LIMIT)
-
-
-def _read_npy_header(fpath, name, f):
-    """(shape, dtype, header size in bytes) of the .npy stream `f`.
-
-    numpy's own header readers read the whole header before checking its length (a 4 GiB
-    header would be read), so the length is read and checked here first."""
-    version = np.lib.format.read_magic(f)
-    if version not in ((1, 0), (2, 0)):
-        raise _unreadable(
-            fpath,
-            f"{name}.npy is .npy version {version[0]}.{version[1]}, where "
-            "np.save writes 1.0, or 2.0 for very long headers",
-        )
-    length_format = "<H" if version == (1, 0) else "<I"
-    length_field = _read_exactly(fpath, name, f, struct.calcsize(length_format))
-    (length,) = struct.unpack(length_format, length_field)
-    if length > NPY_HEADER_LIMIT:
-        raise _unreadable(
-            fpath,
-            f"{name}.npy has a header of {format_bytes(length)} ({length} "
-            f"bytes), more than numpy's limit of {NPY_HEADER_LIMIT} bytes "
-            "(np.save writes about 128)",
-        )
-    header = _read_exactly(fpath, name, f, length)
-    read_header = (
-        np.lib.format.read_array_header_1_0
-        if version == (1, 0)
-        else np.lib.format.read_array_header_2_0
-    )
-    shape, _, dtype = read_header(
-        io.BytesIO(length_field + header), max_header_size=NPY_HEADER_LIMIT
-    )
-    return shape, dtype, np.lib.format.MAGIC_LEN + len(length_field) + length
-
-
-def _read_exactly(fpath, name, f, n):
-    """`n` bytes from `f` (n is small: a header), or CheckpointError if it ends before."""
-    data = f.read(n)
-    if len(data) != n:
-        raise _unreadable(fpath, f"{name}.npy ends inside its header")
-    return data
 
 
 def _check_finite(fpath, name, array):

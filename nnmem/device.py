@@ -64,26 +64,27 @@ def _pool_bytes(pool_bytes):
     return default_pool_bytes() if pool_bytes is None else pool_bytes
 
 
-def create_cpu_device(pool_bytes=None, strategy=None, link_gbps=None):
+def create_cpu_device(pool_bytes=None, policy=None, link_gbps=None):
     """With no argument: the process-wide default CPU device (get_default_device()), as in
     SINGA, where create_cpu_device() returns the default device, so tensors made without a
     device (on the default one) and tensors made on this device can meet in one operation.
 
     With any argument, a new CPU device whose pool preallocates `pool_bytes` (int or "2GiB";
-    default 2 GiB, or the environment variable NNMEM_POOL_BYTES). `strategy` is "best_fit"
-    (default) or "first_fit". `link_gbps`: the speed, in GB/s, of its asynchronous copies to
-    and from host buffers (a GPU's PCIe link, simulated; default: memory speed)."""
-    if pool_bytes is None and strategy is None and link_gbps is None:
+    default 2 GiB, or the environment variable NNMEM_POOL_BYTES). `policy`, the pool's fit
+    policy, is "best_fit" (default) or "first_fit". `link_gbps`: the speed, in GB/s, of its
+    asynchronous copies to and from host buffers (a GPU's PCIe link, simulated; default:
+    memory speed)."""
+    if pool_bytes is None and policy is None and link_gbps is None:
         return get_default_device()
-    strategy = "best_fit" if strategy is None else strategy
-    return CpuDevice(_pool_bytes(pool_bytes), strategy=strategy, link_gbps=link_gbps)
+    policy = "best_fit" if policy is None else policy
+    return CpuDevice(_pool_bytes(pool_bytes), policy=policy, link_gbps=link_gbps)
 
 
-def create_planning_device(pool_bytes=2**50, strategy="best_fit", plans_for="cpu"):
+def create_planning_device(pool_bytes=2**50, policy="best_fit", plans_for="cpu"):
     """A planning device: nothing runs, no byte is used, and its pool's statistics are what a
     real pool of a `plans_for` device ("cpu" or "cuda") would show (default: 1 PiB, no
     limit)."""
-    return PlanningDevice(pool_bytes, strategy=strategy, plans_for=plans_for)
+    return PlanningDevice(pool_bytes, policy=policy, plans_for=plans_for)
 
 
 _default_device = None
@@ -95,7 +96,7 @@ def get_default_device():
     global _default_device
     with _default_device_lock:
         if _default_device is None:
-            _default_device = CpuDevice(_pool_bytes(None), strategy="best_fit")
+            _default_device = CpuDevice(_pool_bytes(None), policy="best_fit")
         return _default_device
 
 
@@ -152,19 +153,19 @@ def _cuda_fallback():
     return value
 
 
-def create_cuda_gpu(pool_bytes=None, strategy="best_fit"):
+def create_cuda_gpu(pool_bytes=None, policy="best_fit"):
     """A CUDA device on GPU 0 (see create_cuda_gpu_on)."""
-    return _create_cuda(0, pool_bytes, strategy, "create_cuda_gpu()")
+    return _create_cuda(0, pool_bytes, policy, "create_cuda_gpu()")
 
 
-def create_cuda_gpu_on(device_id, pool_bytes=None, strategy="best_fit"):
+def create_cuda_gpu_on(device_id, pool_bytes=None, policy="best_fit"):
     """A CUDA device on GPU `device_id`, whose pool is one device array of `pool_bytes`
     (default: the GPU's free memory but 1 GiB left to the CUDA context; NNMEM_POOL_BYTES
     overrides). Raises DeviceUnavailable, saying why, on a machine without a usable GPU;
     with NNMEM_CUDA_FALLBACK=cpu, returns the default CPU device there instead (pool_bytes
-    and strategy are then those of the default device), saying so in one line on stderr.
+    and policy are then those of the default device), saying so in one line on stderr.
     A GPU number this machine does not have is an error either way."""
-    return _create_cuda(device_id, pool_bytes, strategy, f"create_cuda_gpu_on({device_id!r})")
+    return _create_cuda(device_id, pool_bytes, policy, f"create_cuda_gpu_on({device_id!r})")
 
 
 #: What to do about a missing CUDA: install it, or use the CPU.
@@ -178,7 +179,7 @@ _USE_THE_CPU = (
 )
 
 
-def _create_cuda(device_id, pool_bytes, strategy, call):
+def _create_cuda(device_id, pool_bytes, policy, call):
     device_id = operator.index(device_id)  # 0.9 or "0" is a mistake, not GPU 0
     fallback = _cuda_fallback()  # a bad value is an error with or without a GPU
     cuda, cuda_device = _numba_cuda(), None
@@ -201,7 +202,7 @@ def _create_cuda(device_id, pool_bytes, strategy, call):
     if cuda_device is not None:
         if pool_bytes is None and os.environ.get("NNMEM_POOL_BYTES"):
             pool_bytes = default_pool_bytes()
-        return cuda_device.CudaDevice(pool_bytes, strategy=strategy, dev_id=device_id)
+        return cuda_device.CudaDevice(pool_bytes, policy=policy, dev_id=device_id)
     if fallback == "cpu":
         print(
             f"nnmem: {call}: {reason}; {CUDA_FALLBACK_VARIABLE}=cpu: using the default CPU "

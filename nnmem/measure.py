@@ -10,7 +10,7 @@ first step) and then one measured step each way:
 It returns the three Timelines and the compiled step's memory summary (with its lower bound).
 The graph's Timeline carries the plan's tensors (``timeline.tensors``, for the memory viewer).
 With ``recompute="cost-aware"`` (or "speed", "memory") a fourth, "recompute": the same
-compiled step compiled again with recomputation, on the same device (so with the same
+compiled step replanned with recomputation, on the same device (so with the same
 convolution workspaces: a plan on a planning device may size them otherwise).
 
 ``measure_lanes(make_model, x, y, offload)`` runs a graph step that offloads, with vDNN's
@@ -24,14 +24,15 @@ from nnmem import device, opt, tensor
 from nnmem.memory.timeline import Timeline
 
 
-def _trained_model(make_model, x, y, use_graph, recycle, pool_bytes, seed, **compile_options):
-    # strategy given: a new device even when pool_bytes is None (create_cpu_device() alone is
+def _new_device(pool_bytes, link_gbps=None):
+    # policy given: a new device even when pool_bytes is None (create_cpu_device() alone is
     # the default device, which the caller's own model, and the models measured before this
     # one, may still hold blocks of: they would count in this step's persistent bytes)
-    dev = device.create_cpu_device(
-        pool_bytes, strategy="best_fit", link_gbps=compile_options.pop("link_gbps", None)
-    )
-    dev.recycle = recycle
+    return device.create_cpu_device(pool_bytes, policy="best_fit", link_gbps=link_gbps)
+
+
+def _trained_model(dev, make_model, x, y, use_graph, seed, **compile_options):
+    """(model, tx, ty) on `dev`, after a warm-up step."""
     dev.SetRandSeed(seed)
     model = make_model()
     model.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
@@ -41,25 +42,27 @@ def _trained_model(make_model, x, y, use_graph, recycle, pool_bytes, seed, **com
     tx.copy_from_numpy(x)
     ty.copy_from_numpy(np.asarray(y, np.int32))
     model(tx, ty)  # warm-up: momentum buffers, recording
-    return model, dev, tx, ty
+    return model, tx, ty
 
 
 def measure_step(make_model, x, y, pool_bytes=None, seed=0, recompute=None):
     """{label: Timeline} for one step with no recycling, eager and graph (and "recompute", with
-    a `recompute` strategy); and the compiled step's memory summary (without recomputation)."""
+    a `recompute` policy); and the compiled step's memory summary (without recomputation)."""
     timelines = {}
     for label, recycle in (("no recycling", False), ("eager", True)):
-        model, dev, tx, ty = _trained_model(make_model, x, y, False, recycle, pool_bytes, seed)
-        dev.memory_samples = []
-        model(tx, ty)
-        timelines[label] = Timeline.from_samples(label, dev.memory_samples)
-    model, dev, tx, ty = _trained_model(make_model, x, y, True, True, pool_bytes, seed)
+        dev = _new_device(pool_bytes)
+        with dev.recycling(recycle):
+            model, tx, ty = _trained_model(dev, make_model, x, y, False, seed)
+            with dev.sampling_memory() as samples:
+                model(tx, ty)
+        timelines[label] = Timeline.from_samples(label, samples)
+    model, tx, ty = _trained_model(_new_device(pool_bytes), make_model, x, y, True, seed)
     compiled = model.compiled_step(tx, ty)
     timelines["graph"] = compiled.timeline
     compiled.timeline.tensors = compiled.live_tensors()
     summary = compiled.memory_summary()
     if recompute is not None:
-        compiled.compile(compiled.sequential, recompute)
+        compiled.replan(compiled.sequential, recompute)
         compiled.timeline.label = f"graph + recompute ({recompute})"
         compiled.timeline.tensors = compiled.live_tensors()
         timelines["recompute"] = compiled.timeline
@@ -71,17 +74,15 @@ def measure_lanes(make_model, x, y, offload, pool_bytes=None, seed=0, link_gbps=
     (TransferEngine.lanes(): (lane, name, start, end) in seconds), after two warm-up steps."""
     lanes = {}
     for label, asynchronous in (("sync", False), ("async", True)):
-        model, dev, tx, ty = _trained_model(
+        model, tx, ty = _trained_model(
+            _new_device(pool_bytes, link_gbps),
             make_model,
             x,
             y,
             True,
-            True,
-            pool_bytes,
             seed,
             offload=offload,
             async_offload=asynchronous,
-            link_gbps=link_gbps,
         )
         compiled = model.compiled_step(tx, ty)
         model(tx, ty)  # the first replay compiles kernels: not what a step costs

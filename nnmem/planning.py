@@ -30,9 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from nnmem import device, opt, tensor
-from nnmem.graph.offload import POLICIES
-from nnmem.graph.recompute import STRATEGIES
-from nnmem.memory import parse_bytes
+from nnmem.step_options import StepOptions
 
 #: The extra arguments of SINGA's train_one_batch(self, x, y, dist_option, spars), as SINGA's
 #: cnn/train_cnn.py passes them when training on one device.
@@ -44,10 +42,10 @@ class TechniquePlan(NamedTuple):
     peak_bytes: int  # pool peak of a training iteration: persistent + plan arena
     lower_bound_bytes: int  # persistent + the step's lower bound
     live_tensors_at_peak: int
-    peak_step: int  # position in the replay order
+    peak_position: int  # in the replay order
     peak_operation: str  # "layer:Op" at the peak
     recomputations: int  # extra forward operations run in backward
-    timeline: object  # memory.timeline.Timeline: bytes and live tensors per step
+    timeline: object  # memory.timeline.Timeline: bytes and live tensors per position
     offload: str = "none"  # the offload policy ("dyn": the one it chose)
     host_bytes: int = 0  # host memory the offloaded tensors take
 
@@ -81,16 +79,16 @@ def plan(
     """A StepPlan for training `model` (a new, uninitialised Model: it is compiled on a
     planning device) on batches of `input_shape` (batch first) with class-id labels.
     `offload`: the policy of the offloading techniques ("none" leaves them out; "dyn" takes
-    the fastest policy that fits `budget`, or "all" when none does). `step_args`: the
-    arguments of train_one_batch after x and y (default: see the module's docstring).
+    the fastest policy that fits `budget`, or "all" when none does or no budget is given);
+    they are checked as compile checks them. `step_args`: the arguments of train_one_batch
+    after x and y (default: see the module's docstring).
     `tensors`: keep every technique's tensors in its timeline (``timeline.tensors``, what
     the memory viewer shows; for a deep network, many rows)."""
     _check_new(model)
-    if recompute not in STRATEGIES:
-        raise ValueError(f"plan(recompute={recompute!r}): choose one of {STRATEGIES}")
-    if offload not in POLICIES:
-        raise ValueError(f"plan(offload={offload!r}): choose one of {POLICIES}")
-    budget = None if budget is None else _positive_bytes("plan", budget)
+    if offload == "dyn" and budget is None:
+        offload = "all"  # no budget to fit: what "dyn" plans when no policy fits
+    # No device yet: the planning device made below has no limit to check the budget against.
+    budget = StepOptions(True, sequential, recompute, offload, budget).check(None, "plan").budget
     dev = device.create_planning_device()
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     step_args = _step_args(model, step_args)
@@ -110,14 +108,12 @@ def plan(
             ("liveness + offload", True, "none", offload),
             ("all three", True, recompute, offload),
         ]
-    for name, recycle, strategy, policy in variants:
-        dev.recycle = recycle
-        if policy == "dyn":
-            chosen = None if budget is None else step.choose_offload(sequential, strategy, budget)
-            policy = chosen or "all"
-        step.compile(sequential, strategy, policy)
-        techniques.append(_summarise(name, step, tensors))
-    dev.recycle = True
+    for name, recycle, recompute_policy, offload_policy in variants:
+        with dev.recycling(recycle):
+            if offload_policy == "dyn":
+                offload_policy = step.choose_offload(sequential, recompute_policy, budget) or "all"
+            step.replan(sequential, recompute_policy, offload_policy)
+            techniques.append(_summarise(name, step, tensors))
     return StepPlan(
         type(model).__name__, tx.shape, step.persistent_bytes, len(step.recorded), techniques
     )
@@ -195,14 +191,6 @@ def _check_new(model):
         )
 
 
-def _positive_bytes(caller, budget):
-    """A budget in bytes from a number or text such as "16MiB", above 0."""
-    nbytes = parse_bytes(budget)
-    if nbytes <= 0:
-        raise ValueError(f"{caller}(budget={budget!r}): give a positive number of bytes")
-    return nbytes
-
-
 def _inputs(model, input_shape, dev, optimizer, dtype):
     """Set the optimizer (SGD with momentum by default) and return input and label tensors of
     `input_shape` (batch first) on `dev`."""
@@ -222,7 +210,7 @@ def _inputs(model, input_shape, dev, optimizer, dtype):
 
 def _summarise(name, step, tensors=False):
     timeline = step.timeline
-    position, operation = timeline.peak_step()
+    position, operation = timeline.peak_position()
     # as nnmem plan's table names it: with the offload policy
     timeline.label = name if step.offload == "none" else f"{name} ({step.offload})"
     if tensors:

@@ -112,13 +112,6 @@ class Tensor:
         stays allocated, so Python code should use to_numpy()."""
         return self.block.array(self.shape, self.dtype)
 
-    @property
-    def data(self):
-        """SINGA's handle of the C++ tensor behind a Tensor, which its scripts hand to the
-        communicator (``dist_opt.all_reduce(t.data)``); an nnmem tensor has nothing behind it
-        but its block, so this is the tensor itself."""
-        return self
-
     # -- host-side writes ---------------------------------------------------------------------
     # These are the user's writes from the host, outside any recorded training step (SINGA
     # switches its graph off for them too), so they allocate and write directly.
@@ -208,8 +201,9 @@ class Tensor:
         """A new tensor with a copy of the data (new memory)."""
         return from_numpy(to_numpy(self), self.device)
 
-    # t + u, t - u, t * u and t.reshape(shape) are differentiable operators: nnmem.ops attaches
-    # them to Tensor (they sit above this module, which cannot import them).
+    # t + u, t - u, t * u, t.reshape(shape), t.data (SINGA's handle of the C++ tensor: here the
+    # tensor itself) and SINGA's other Tensor methods are attached by nnmem.ops.attach_to_tensor
+    # (the operators sit above this module, which cannot import them).
 
     def __repr__(self):
         name = f" {self.name}" if self.name else ""

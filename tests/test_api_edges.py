@@ -1,6 +1,6 @@
 """Edge cases of the SINGA-style API a review found mishandled: IEEE division in the kernels,
 axes out of range, hyperparameters no update can use, NumPy arrays on the left of an operator,
-an empty batch in BatchNorm; and the device's arena, strategy and NNMEM_POOL_BYTES."""
+an empty batch in BatchNorm; and the device's arena, fit policy and NNMEM_POOL_BYTES."""
 
 import gc
 
@@ -128,9 +128,9 @@ def test_a_collected_models_arena_comes_back_at_the_next_step():
     assert dev.graph_arena.size == alone
 
 
-def test_create_cpu_device_refuses_an_empty_strategy():
-    with pytest.raises(ValueError, match="strategy"):
-        device.create_cpu_device(strategy="")
+def test_create_cpu_device_refuses_an_empty_policy():
+    with pytest.raises(ValueError, match="policy"):
+        device.create_cpu_device(policy="")
 
 
 def test_nnmem_pool_bytes_is_named_when_it_is_not_a_size(monkeypatch):

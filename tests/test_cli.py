@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nnmem import device, planning, tensor
-from nnmem.cli import main
+from nnmem.cli import flags, main
 from nnmem.cli import plan as plan_command
 from nnmem.cli import train as train_command
 from nnmem.cli.divergence import StateCopy, first_nonfinite_layer
@@ -393,7 +393,7 @@ def test_both_commands_take_batch_and_batch_size(capsys):
 
 
 def test_plan_defaults_to_what_train_runs(capsys):
-    x_train = load(train_command.DEFAULT_DATA)[0]
+    x_train = load(flags.DEFAULT_DATA)[0]
     assert plan_command.TRAIN_SAMPLE == x_train.shape[1:]
     assert main(["plan", "--model", "cnn"]) == 0
     assert "CNN, input 64x1x28x28:" in capsys.readouterr().out
@@ -529,7 +529,7 @@ def test_plan_refuses_an_input_too_small_for_the_model(capsys):
 
 @pytest.mark.parametrize("name", ["alexnet", "vgg16"])
 def test_the_smallest_images_are_the_models_own(name):
-    size = train_command.SMALLEST_IMAGE[name]  # pooling shrinks anything smaller to nothing
+    size = flags.SMALLEST_IMAGE[name]  # pooling shrinks anything smaller to nothing
     assert planning.plan(create_model(name, width=0.05), (2, 3, size, size)).nodes > 0
     with pytest.raises(ValueError, match="does not fit"):
         planning.plan(create_model(name, width=0.05), (2, 3, size - 1, size - 1))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nnmem import device, opt, tensor
-from nnmem.graph.concurrency import MODES, check_mode, op_key
+from nnmem.graph.concurrency import POLICIES, check_policy, op_key
 from nnmem.graph.corun import CoRunner, hazards, smt_threads_per_core
 from nnmem.graph.hill_climbing import Climb, HillClimbing
 from nnmem.models import create_model
@@ -122,8 +122,8 @@ def test_bad_settings_are_refused():
         HillClimbing(["op"], cores=2, patience=0)
     for bad in ("on", 3, None, "1-5"):
         with pytest.raises(ValueError, match="choose one of"):
-            check_mode(bad)
-    assert MODES["auto"] == (1, 2, 3, 4)
+            check_policy(bad)
+    assert POLICIES["auto"] == (1, 2, 3, 4)
 
 
 # -- implicit dependencies ------------------------------------------------------------------
@@ -301,8 +301,8 @@ ZOO = {
 }
 
 
-def compiled(name, mode, seed=0):
-    """(model, tx, ty): the zoo's `name` compiled in graph mode with concurrency `mode`."""
+def compiled(name, policy, seed=0):
+    """(model, tx, ty): the zoo's `name` compiled in graph mode with concurrency `policy`."""
     shape, kwargs = ZOO[name]
     dev = device.create_cpu_device("512MiB")
     dev.SetRandSeed(seed)
@@ -310,7 +310,7 @@ def compiled(name, mode, seed=0):
     model.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
     tx = tensor.PlaceHolder(shape, dev)
     ty = tensor.PlaceHolder(shape[:1], dev, tensor.int32)
-    model.compile([tx], is_train=True, use_graph=True, concurrency=mode)
+    model.compile([tx], is_train=True, use_graph=True, concurrency=policy)
     return model, tx, ty
 
 
@@ -328,9 +328,9 @@ def states_of(model):
     return {k: tensor.to_numpy(v) for k, v in model.get_states().items()}
 
 
-def train(name, mode, steps=7, seed=0):
+def train(name, policy, steps=7, seed=0):
     """Losses, final states and the compiled step of `steps` training steps."""
-    model, tx, ty = compiled(name, mode, seed)
+    model, tx, ty = compiled(name, policy, seed)
     rng = np.random.default_rng(seed)
     losses = []
     for _ in range(steps):
@@ -344,12 +344,12 @@ def test_every_strategy_gives_the_same_bits(name):
     """Losses and every parameter, momentum and BatchNorm statistic are bit-identical to the
     serial replay with all the cores, through the profiling steps and after them."""
     losses, states, _ = train(name, "off")
-    for mode in ("1", "1-2", "auto"):  # "auto" is 1-4: co-running (3) included
-        other_losses, other_states, step = train(name, mode)
-        assert other_losses == losses, mode
+    for policy in ("1", "1-2", "auto"):  # "auto" is 1-4: co-running (3) included
+        other_losses, other_states, step = train(name, policy)
+        assert other_losses == losses, policy
         for key, value in states.items():
-            np.testing.assert_array_equal(other_states[key], value, err_msg=f"{mode} {key}")
-        assert step.concurrency_profile()["profiling_done"], mode
+            np.testing.assert_array_equal(other_states[key], value, err_msg=f"{policy} {key}")
+        assert step.concurrency_profile()["profiling_done"], policy
 
 
 def test_operations_do_co_run():
@@ -407,7 +407,7 @@ def test_the_profile_says_what_was_tried_and_chosen():
     _, _, step = train("inception", "auto")
     profile = step.concurrency_profile()
     cores = numba.config.NUMBA_NUM_THREADS
-    assert profile["cores"] == cores and profile["mode"] == "auto"
+    assert profile["cores"] == cores and profile["policy"] == "auto"
     assert profile["profiling_steps"] >= 1 and profile["profiling_seconds"] > 0
     assert profile["threading_layer"] in ("tbb", "omp")
     assert profile["strategy_4_active"] == (profile["smt_threads_per_core"] > 1)

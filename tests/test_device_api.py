@@ -25,7 +25,7 @@ def test_create_cpu_device_without_arguments_is_the_default_device():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"pool_bytes": "4MiB"}, {"strategy": "first_fit"}, {"link_gbps": 8}]
+    "kwargs", [{"pool_bytes": "4MiB"}, {"policy": "first_fit"}, {"link_gbps": 8}]
 )
 def test_create_cpu_device_with_an_argument_is_a_new_device(kwargs):
     dev = device.create_cpu_device(**kwargs)

@@ -196,7 +196,7 @@ def test_nnmem_train_under_mpiexec_prints_and_saves_on_rank_0_only(tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("epoch 1:") == 1, done.stdout  # rank 0 alone prints
-    assert "2 ranks (batch 64 and " in done.stdout and "exchange half" in done.stdout
+    assert "2 ranks (batch 64 and " in done.stdout and "dist option half" in done.stdout
     assert saved.exists() and saved.stat().st_size > 0
 
 
@@ -278,7 +278,7 @@ def test_top_k_sends_the_largest_and_keeps_the_rest_for_the_next_step(communicat
     )
     delivered, residual = top_k_reference(grads, 0.2)
     np.testing.assert_allclose(got, delivered, rtol=1e-6)
-    (kept,) = dist._residuals.values()
+    (kept,) = dist._exchanges.residuals.values()
     np.testing.assert_allclose(kept, residual, rtol=1e-6, atol=1e-7)
 
 
@@ -288,7 +288,7 @@ def test_threshold_sparsification_sends_what_reaches_it(communicator):
         communicator, [g], False, "backward_and_sparse_update", spars=0.5, corr=False
     )
     np.testing.assert_array_equal(got, np.where(np.abs(g) >= 0.5, g, 0))
-    assert not dist._residuals  # corr=False keeps nothing
+    assert not dist._exchanges.residuals  # corr=False keeps nothing
 
 
 def test_half_rounds_to_float16_on_the_wire_and_clips(communicator):
@@ -312,7 +312,10 @@ def test_a_failed_exchange_changes_nothing_and_stops_the_job(fresh_communicator,
     m.compile([tx], is_train=True, use_graph=True)
     tx.copy_from_numpy(grads[0])
     m(tx)
-    w, (residual,) = tensor.to_numpy(m.scaled.W), [r.copy() for r in dist._residuals.values()]
+    w, (residual,) = (
+        tensor.to_numpy(m.scaled.W),
+        [r.copy() for r in dist._exchanges.residuals.values()],
+    )
     momentum = tensor.to_numpy(dist.opt.state_of(m.scaled.W))
 
     def failing(*args):
@@ -324,7 +327,7 @@ def test_a_failed_exchange_changes_nothing_and_stops_the_job(fresh_communicator,
         m(tx)
     np.testing.assert_array_equal(tensor.to_numpy(m.scaled.W), w)
     np.testing.assert_array_equal(tensor.to_numpy(dist.opt.state_of(m.scaled.W)), momentum)
-    (after,) = dist._residuals.values()
+    (after,) = dist._exchanges.residuals.values()
     np.testing.assert_array_equal(after, residual)
     with pytest.raises(DistributedError, match="a step failed on rank 0"):
         m(tx)
@@ -385,7 +388,7 @@ def test_sparse_residuals_belong_to_what_was_exchanged(communicator):
     b[1].copy_from_numpy(np.zeros(8, np.float32))
     b[0](b[1])
     np.testing.assert_array_equal(tensor.to_numpy(b[0].scaled.W), np.zeros(8, np.float32))
-    assert len(dist._residuals) == 2
+    assert len(dist._exchanges.residuals) == 2
 
 
 def test_sparsification_always_sends_nan(communicator):
@@ -395,7 +398,7 @@ def test_sparsification_always_sends_nan(communicator):
             communicator, [g], False, "backward_and_sparse_update", spars=spars, topK=top_k
         )
         assert np.isnan(got[0]), (top_k, got)
-        (residual,) = dist._residuals.values()
+        (residual,) = dist._exchanges.residuals.values()
         assert np.isfinite(residual).all(), residual
 
 
@@ -431,9 +434,9 @@ def test_bad_arguments_are_refused_with_the_fix(communicator):
     with pytest.raises(ValueError, match="launch with mpiexec"):
         opt.DistOpt(opt.SGD(), nccl_id=1, communicator=communicator)
     with pytest.raises(ValueError, match="choose one of"):
-        opt.DistOpt(opt.SGD(), exchange="gzip", communicator=communicator)
+        opt.DistOpt(opt.SGD(), dist_option="gzip", communicator=communicator)
     with pytest.raises(ValueError, match=r"in \(0, 1\]"):
-        opt.DistOpt(opt.SGD(), exchange="sparseTopK", spars=5, communicator=communicator)
+        opt.DistOpt(opt.SGD(), dist_option="sparseTopK", spars=5, communicator=communicator)
     with pytest.raises(ValueError, match="positive number of seconds"):
         Communicator(timeout=float("nan"))
 

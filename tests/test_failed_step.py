@@ -540,6 +540,64 @@ def test_a_first_graph_step_that_does_not_fit_keeps_no_optimizer_state():
     assert dev.memory_stats()["allocated_bytes.current"] == allocated
 
 
+class _BNDropNet(BNNet):
+    """BatchNorm and dropout; its step calls the optimizer (by_call) or, as SINGA's examples
+    do, its backward_and_update."""
+
+    def __init__(self, by_call):
+        super().__init__()
+        self.drop, self.by_call = layer.Dropout(0.5), by_call
+
+    def forward(self, x):
+        x = self.flat(self.pool(self.relu(self.bn(self.conv(x)))))
+        return self.fc2(self.drop(self.relu(self.fc1(x))))
+
+    def train_one_batch(self, x, y):
+        out = self.forward(x)
+        loss = self.loss(out, y)
+        if self.by_call:
+            self.optimizer(loss)
+        else:
+            self.optimizer.backward_and_update(loss)
+        return out, loss
+
+
+@pytest.mark.parametrize("by_call", [True, False], ids=["call", "backward_and_update"])
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_a_step_without_an_optimizer_is_refused_and_changes_nothing(use_graph, by_call):
+    """Training before set_optimizer says what to do. Forward has run by then (or has been
+    recorded): the undo puts back BatchNorm's running statistics and dropout's draw, keeps no
+    graph and gives the memory back; with the optimizer set, the model then trains as one
+    that had it from the start."""
+
+    def run(without_first):
+        dev = device.create_cpu_device("64MiB")
+        dev.SetRandSeed(0)
+        m = _BNDropNet(by_call)
+        tx = tensor.PlaceHolder(DATA[0][0].shape, dev)
+        ty = tensor.PlaceHolder(DATA[0][1].shape, dev, tensor.int32)
+        m.compile([tx], is_train=True, use_graph=use_graph)
+        tx.copy_from_numpy(DATA[0][0])
+        ty.copy_from_numpy(DATA[0][1])
+        if without_first:
+            states = {k: tensor.to_numpy(v) for k, v in m.get_states().items()}
+            allocated = dev.memory_stats()["allocated_bytes.current"]
+            for _ in range(2):  # the second call as the first: nothing was kept
+                with pytest.raises(RuntimeError, match=r"no optimizer: call model.set_optimizer"):
+                    step(m, tx, ty, DATA[0])
+                gc.collect()
+                assert len(m._graphs) == 0
+                for k, v in m.get_states().items():
+                    np.testing.assert_array_equal(tensor.to_numpy(v), states[k], err_msg=k)
+                assert dev.memory_stats()["allocated_bytes.current"] == allocated
+        m.set_optimizer(opt.SGD(lr=0.1, momentum=0.9))
+        for batch in DATA[:2]:
+            step(m, tx, ty, batch)
+        return snapshot(m)
+
+    assert_same(run(True), run(False))
+
+
 @pytest.mark.parametrize("options", [{}, {"offload": "all"}, {"recompute": "memory"}])
 @pytest.mark.parametrize("arena", ["its-own", "shared"])
 def test_a_first_graph_step_that_fails_while_it_runs_keeps_nothing(options, arena):
@@ -674,7 +732,7 @@ class _DropNet(model.Model):
 
 @pytest.mark.parametrize("compile_first", [True, False])
 def test_a_failed_first_step_leaves_no_dropout_draw_behind(compile_first):
-    """Dropout's draw counter is made by the first draw, inside the step: a failed first step
+    """The dropout counter is made by the first draw, inside the step: a failed first step
     puts it back to 0, so the retry draws the masks a clean first step draws."""
 
     def run(fail):
@@ -690,7 +748,7 @@ def test_a_failed_first_step_leaves_no_dropout_draw_behind(compile_first):
         if fail:
             fail_and_forget(lambda: m(tx, ty), RuntimeError)
         loss = tensor.to_numpy(m(tx, ty)[1])[0]
-        return loss, int(tensor.to_numpy(dev.rng_state)[0])
+        return loss, int(tensor.to_numpy(dev.dropout_counter)[0])
 
     assert run(True) == run(False)
 

@@ -180,8 +180,8 @@ def test_in_place_only_for_the_last_reader():
     h_node = next(n for n in compiled.nodes if n.name.endswith("AddBias"))
     relu_h = next(n for n in compiled.nodes if n.name.endswith("ReLU"))
     h_block = h_node.writes[0].block
-    storage_of = {id(b): s for s in compiled.storages for b in s.blocks}
-    assert storage_of[id(h_block)] is not storage_of[id(relu_h.writes[0].block)], (
+    slot_of = {id(b): s for s in compiled.slots for b in s.blocks}
+    assert slot_of[id(h_block)] is not slot_of[id(relu_h.writes[0].block)], (
         "relu(h) overwrote h although add still reads h"
     )
     assert compiled.memory_summary()["inplace_merges"] >= 1
@@ -280,9 +280,9 @@ def test_recycling_off_is_the_network_wide_baseline():
             ty.copy_from_numpy(y)
             m(tx, ty)
         summary = m.compiled_step(tx, ty).memory_summary()
-        storages = m.compiled_step(tx, ty).storages
+        slots = m.compiled_step(tx, ty).slots
         if not recycle:
-            assert summary["arena_bytes"] == sum(s.nbytes for s in storages)
+            assert summary["arena_bytes"] == sum(s.nbytes for s in slots)
         peaks[recycle] = dev.memory_stats()["allocated_bytes.peak"]
     assert peaks[True] < 0.3 * peaks[False]
 
@@ -296,15 +296,15 @@ def test_profiling_and_timelines():
     m.set_optimizer(opt.SGD(lr=0.1))
     tx, ty = tensor.PlaceHolder((8, 1, 28, 28), dev), tensor.PlaceHolder((8,), dev, tensor.int32)
     m.compile([tx], use_graph=True)
-    dev.memory_samples = []
-    for x, y in data:
-        tx.copy_from_numpy(x)
-        ty.copy_from_numpy(y)
-        m(tx, ty)
+    with dev.sampling_memory() as samples:
+        for x, y in data:
+            tx.copy_from_numpy(x)
+            ty.copy_from_numpy(y)
+            m(tx, ty)
     table = dev.time_profile_table()
     assert "over 2 step(s)" in table and "Conv2d" in table and "SGD update" in table
     compiled = m.compiled_step(tx, ty)
-    measured = [b for _, b, _ in dev.memory_samples[-len(compiled.calls) :]]
+    measured = [b for _, b, _ in samples[-len(compiled.calls) :]]
     # The planned timeline and the measured pool agree: the arena is one block all along.
     assert max(measured) == dev.memory_stats()["allocated_bytes.current"]
     assert compiled.timeline.peak == max(measured)  # persistent + arena: the pool's peak

@@ -84,7 +84,7 @@ def test_dot_colours_follow_the_kind_of_block_written_and_labels_say_the_livenes
     for i, (live_bytes, dying) in live.items():
         p = position[i]
         assert live_bytes == step.timeline.bytes[p] - step.persistent_bytes
-        dead = [b.desc for s in step.storages for b, r in zip(s.blocks, s.ranges) if r[1] == p]
+        dead = [b.desc for s in step.slots for b, r in zip(s.blocks, s.ranges) if r[1] == p]
         assert sorted(dying) == sorted(dead)
         assert (f", frees {len(dying)}" in nodes[f"n{i}"]) == bool(dying)
     peak = max(live, key=lambda i: live[i][0])

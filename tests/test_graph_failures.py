@@ -60,9 +60,9 @@ def test_a_new_layout_that_does_not_fit_keeps_the_old_one():
     layout_before, offset_before = step.layout, dev.graph_arena.offset
     dev.recycle = False  # the baseline layout needs far more than the pool has
     with pytest.raises(OutOfMemory):
-        step.compile(False)
+        step.replan(False)
     dev.recycle = True
-    assert step.layout is layout_before and step.recompute_strategy == "memory"
+    assert step.layout is layout_before and step.recompute_policy == "memory"
     assert dev.graph_arena.offset is not None
     bystander = tensor.Tensor((dev.memory_stats()["largest_free_block"] // 4,), dev).set_value(7)
     losses += [float(tensor.to_numpy(m(tx, ty)[1])[0]) for _ in range(2)]

@@ -7,9 +7,14 @@ keep Numba's cache in Numba's user-wide folder (or ``NUMBA_CACHE_DIR``) instead,
 ``NUMBA_BOUNDSCHECK=1``, without changing any Numba setting of the process (see
 ``kernels/cpu/_jit.py``). The end-to-end check (both README commands, both orders, one clone)
 is in ``.ci/run``: it needs fresh virtual environments and takes a minute.
+
+And where nnmem.kernels comes from: a ``pip install .`` lays the folder kernels/ out as
+nnmem/kernels (never as a top-level ``kernels``), and a Python started in the clone's root,
+which imports the clone's nnmem/ whatever was installed, finds the clone's kernels/ beside it.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,6 +29,7 @@ from nnmem.kernels.cpu import _window, threads
 # every module of kernels (K.MODULES), their shared helpers, and the threading layer's probe
 KERNEL_MODULES = [*K.MODULES, _window, threads]
 PACKAGE_DIR = os.path.dirname(os.path.abspath(K.__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 needs_jit = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="NUMBA_DISABLE_JIT: no compiling")
 
@@ -49,8 +55,9 @@ def test_every_kernel_caches_outside_the_package():
         assert not inside, f"{name} caches inside the package: {path}"
 
 
-def _run(code, tmp_path, **env_changes):
-    """Run `code` in a fresh interpreter (Numba reads its settings once, at import)."""
+def _run(code, tmp_path, path=None, flags=(), **env_changes):
+    """Run `code` in a fresh interpreter (Numba reads its settings once, at import) started in
+    tmp_path, with `path` on its PYTHONPATH (default: tmp_path, then this one's sys.path)."""
     env = dict(os.environ)
     for key in (
         "NUMBA_CACHE_DIR",
@@ -60,9 +67,11 @@ def _run(code, tmp_path, **env_changes):
     ):
         env.pop(key, None)
     env.update(env_changes)
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path)] + [p for p in sys.path if p])
+    if path is None:
+        path = [tmp_path] + [p for p in sys.path if p]
+    env["PYTHONPATH"] = os.pathsep.join(map(str, path))
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, *flags, "-c", textwrap.dedent(code)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -193,3 +202,62 @@ def test_bounds_checked_code_is_cached_apart(tmp_path):
     assert (normal, checked, normal_again) == ("unchecked", "checked", "unchecked")
     assert checked_path == normal_path + "-boundscheck"
     assert normal_path_again == normal_path
+
+
+def _installed(tmp_path):
+    """A copy of the clone, and what ``pip install .`` puts in site-packages from it: setuptools'
+    build_py, the step of building the wheel that lays the packages out (pyproject.toml's
+    package-dir), into tmp_path/site. (pip itself would fetch setuptools and wheel first.)"""
+    clone, site = tmp_path / "clone", tmp_path / "site"
+    clone.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), clone)
+    for name in ("nnmem", "kernels"):
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(os.path.join(ROOT, name), clone / name, ignore=ignore)
+    build = [sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build_py"]
+    done = subprocess.run(
+        [*build, "--build-lib", str(site)], cwd=clone, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return clone, site
+
+
+def _imported_from(cwd, site):
+    """Where `nnmem`, nnmem.kernels and nnmem.kernels.cpu come from in a Python started in
+    `cwd` with the install `site` and this environment's packages on its path, but without
+    ``site`` (-S), so without the editable install of the test environment."""
+    packages = [p for p in sys.path if os.path.basename(p) == "site-packages"]
+    code = """
+        import importlib.util
+        import nnmem, nnmem.kernels.cpu, nnmem.kernels.sizes
+        print(nnmem.__file__, nnmem.kernels.__file__, nnmem.kernels.cpu.__file__)
+        print(importlib.util.find_spec("kernels"))
+    """
+    files, top_level_kernels = _run(code, cwd, path=[site, *packages], flags=["-S"])
+    return [os.path.relpath(f, cwd) for f in files.split()], top_level_kernels
+
+
+def test_pip_install_lays_kernels_out_as_nnmem_kernels(tmp_path):
+    clone, site = _installed(tmp_path)
+    files, top_level_kernels = _imported_from(tmp_path, site)
+    assert files == [
+        os.path.join("site", "nnmem", "__init__.py"),
+        os.path.join("site", "nnmem", "kernels", "__init__.py"),
+        os.path.join("site", "nnmem", "kernels", "cpu", "__init__.py"),
+    ]
+    assert top_level_kernels == "None"  # the name `kernels` belongs to another PyPI project
+    assert not (site / "kernels").exists()
+
+
+def test_the_clone_imports_itself_after_pip_install(tmp_path):
+    """Started in the clone's root, Python imports the clone's nnmem/ (the current directory is
+    first on sys.path), which has no kernels/ of its own: it takes the clone's kernels/ folder,
+    not the installed copy beside another nnmem (it failed: "No module named 'nnmem.kernels'")."""
+    clone, site = _installed(tmp_path)
+    files, _ = _imported_from(clone, site)
+    assert files == [
+        os.path.join("nnmem", "__init__.py"),
+        os.path.join("kernels", "__init__.py"),
+        os.path.join("kernels", "cpu", "__init__.py"),
+    ]

@@ -7,20 +7,22 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-#: Top to bottom, as the README's map of the code draws them.
+#: Top to bottom, as docs/ARCHITECTURE.md draws them.
 LAYERS = [
     ("command line", ["nnmem.cli"]),
     ("models, data, whole-step tools", ["nnmem.models", "nnmem.data", "nnmem.planning",
                                         "nnmem.measure"]),
-    ("SINGA's user API", ["nnmem.model", "nnmem.layer", "nnmem.opt", "nnmem.checkpoint",
-                          "nnmem.singa_wrap"]),
-    ("data parallelism", ["nnmem.dist_opt", "nnmem.communicator"]),
+    ("SINGA's user API", ["nnmem.model", "nnmem.step_options", "nnmem.step_cache", "nnmem.undo",
+                          "nnmem.layer", "nnmem.layers", "nnmem.opt", "nnmem.optim",
+                          "nnmem.checkpoint", "nnmem.singa_wrap"]),
+    ("data parallelism", ["nnmem.dist_opt", "nnmem.dist", "nnmem.communicator"]),
     ("autograd", ["nnmem.autograd"]),
     ("operators", ["nnmem.ops"]),
     ("the Operator base", ["nnmem.operation"]),
     ("graph", ["nnmem.graph"]),
     ("tensor", ["nnmem.tensor"]),
     ("device", ["nnmem.device", "nnmem.devices"]),
+    ("bounded zip reading, atomic writing", ["nnmem.zip_io"]),  # its messages: format_bytes
     ("memory", ["nnmem.memory"]),
     ("leaves", ["nnmem.kernels", "nnmem.interrupts", "nnmem.search", "nnmem.regular_file"]),
 ]  # fmt: skip

@@ -7,7 +7,7 @@ from nnmem.memory.layout import check_layout, layout, lower_bound
 
 
 @st.composite
-def storages(draw):
+def slots(draw):
     steps = draw(st.integers(1, 40))
     n = draw(st.integers(0, 40))
     sizes, ranges = [], []
@@ -19,8 +19,8 @@ def storages(draw):
     return sizes, ranges
 
 
-@given(storages())
-def test_live_storages_never_overlap_and_the_arena_is_at_least_the_bound(case):
+@given(slots())
+def test_live_slots_never_overlap_and_the_arena_is_at_least_the_bound(case):
     sizes, ranges = case
     p = layout(sizes, ranges)
     check_layout(sizes, ranges, p.offsets)
@@ -39,7 +39,7 @@ def test_a_chain_reuses_memory_down_to_the_bound():
     assert p.arena_bytes == p.lower_bound == 2048
 
 
-def test_storages_of_different_sizes_share_memory():
+def test_slots_of_different_sizes_share_memory():
     p = layout([4096, 1024, 2048], [(0, 0), (1, 1), (2, 2)])
     assert p.offsets == [0, 0, 0] and p.arena_bytes == 4096
 
@@ -51,7 +51,7 @@ def test_check_layout_catches_an_overlap():
         check_layout([1024, 1024], [(0, 2), (1, 3)], [0, 512])
 
 
-@given(storages())
+@given(slots())
 def test_the_simulated_allocators_layout_is_valid_too(case):
     from nnmem.memory.layout import simulate
 

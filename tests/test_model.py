@@ -140,7 +140,7 @@ def test_foreign_and_mismatched_checkpoints(tmp_path):
         np.testing.assert_array_equal(v, before[k])
 
 
-def test_missing_optimizer_is_explained_before_anything_runs():
+def test_missing_optimizer_is_explained_and_changes_nothing():
     dev, m, tx, ty = setup(optimizer=False)
     before = params_of(m)
     with pytest.raises(RuntimeError, match="set_optimizer"):

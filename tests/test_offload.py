@@ -86,8 +86,8 @@ def test_the_plan_sees_both_ranges_and_the_peak_drops():
     assert step.host_layout.arena_bytes > 0 and without.host_layout.arena_bytes == 0
     position = {i: p for p, i in enumerate(step.order)}
     live = {}
-    for storage in step.storages:
-        for block, span in zip(storage.blocks, storage.ranges):
+    for slot in step.slots:
+        for block, span in zip(slot.blocks, slot.ranges):
             live[id(block)] = span
     checked = 0
     for i in step.order:

@@ -60,7 +60,7 @@ def test_planned_peak_is_the_measured_peak(name):
 def test_a_planned_timeline_peaks_with_its_arena_not_at_its_lower_bound():
     """A plan's table and its plot's legend print one peak: persistent + arena, the pool's
     peak, which is above the curve's top (persistent + lower bound) where the layout leaves
-    gaps between storages."""
+    gaps between slots."""
     pytest.importorskip("matplotlib", reason="plotting needs matplotlib")
     from nnmem.memory.timeline import plot_timelines
 

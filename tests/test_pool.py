@@ -55,7 +55,7 @@ def test_arena_base_and_capacity_are_aligned():
     [
         (dict(capacity=A - 1), ["capacity", "alignment", str(A)]),
         (dict(capacity=0), ["capacity"]),
-        (dict(capacity=4 * A, strategy="worst_fit"), ["worst_fit", "best_fit", "first_fit"]),
+        (dict(capacity=4 * A, policy="worst_fit"), ["worst_fit", "best_fit", "first_fit"]),
         (dict(capacity=4 * A, alignment=100), ["power of two"]),
         (dict(capacity=4 * A, alignment=0), ["power of two"]),
     ],
@@ -112,9 +112,9 @@ def test_a_planning_storage_has_no_bytes():
         NoStorage(4 * A).view(0, 1)
 
 
-def _fragment(strategy):
+def _fragment(policy):
     """Layout: [x 1A][free 3A][y 1A][free 2A][z 1A][free 2A]: holes at A, 5A and 8A."""
-    pool = Pool(10 * A, strategy=strategy)
+    pool = Pool(10 * A, policy=policy)
     x, g1, y, g2, z = (pool.alloc(n * A) for n in (1, 3, 1, 2, 1))
     pool.free(g1)
     pool.free(g2)
@@ -156,7 +156,7 @@ def test_split_then_coalesce_middle_then_neighbours():
 
 
 def test_many_blocks_freed_in_random_order_coalesce_to_one_segment():
-    pool = Pool(2000 * A, strategy="first_fit")
+    pool = Pool(2000 * A, policy="first_fit")
     rng = random.Random(0)
     offsets = [pool.alloc(rng.randint(1, 3 * A)) for _ in range(700)]
     rng.shuffle(offsets)

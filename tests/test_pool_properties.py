@@ -23,12 +23,12 @@ def pattern(tag: int, size: int) -> np.ndarray:
     return np.random.default_rng(tag).integers(0, 256, size, dtype=np.uint8)
 
 
-def expected_choice(free_segments, need, strategy):
-    """Which free segment the strategy must pick, from the layout *before* the alloc."""
+def expected_choice(free_segments, need, policy):
+    """Which free segment the policy must pick, from the layout *before* the alloc."""
     fits = [(off, size) for off, size in free_segments if size >= need]
     if not fits:
         return None
-    if strategy == "first_fit":
+    if policy == "first_fit":
         return min(fits)[0]
     return min(fits, key=lambda s: (s[1], s[0]))[0]
 
@@ -36,12 +36,12 @@ def expected_choice(free_segments, need, strategy):
 class PoolMachine(RuleBasedStateMachine):
     @initialize(
         capacity=st.integers(4 * 1024, 64 * 1024),
-        strategy=st.sampled_from(["best_fit", "first_fit"]),
+        policy=st.sampled_from(["best_fit", "first_fit"]),
     )
-    def setup(self, capacity, strategy):
-        self.pool = Pool(capacity, strategy=strategy)
+    def setup(self, capacity, policy):
+        self.pool = Pool(capacity, policy=policy)
         self.storage = HostStorage(self.pool.capacity, self.pool.alignment)  # the bytes
-        self.strategy = strategy
+        self.policy = policy
         self.cap = capacity - capacity % A
         self.live = {}  # offset -> (tag, rounded size, requested bytes, owner)
         self.tag = 0
@@ -64,7 +64,7 @@ class PoolMachine(RuleBasedStateMachine):
         )
         need = -(-max(nbytes, 1) // A) * A
         free_before = [(off, size) for off, size, is_free in self.pool.segments() if is_free]
-        want = expected_choice(free_before, need, self.strategy)
+        want = expected_choice(free_before, need, self.policy)
         owner = f"block #{self.tag}"
         try:
             off = self.pool.alloc(nbytes, owner=owner)
@@ -75,7 +75,7 @@ class PoolMachine(RuleBasedStateMachine):
             assert e.largest_free_block == max((s for _, s in free_before), default=0) < need
             assert e.free_bytes == self.cap - self.allocated()
             return
-        assert off == want, f"{self.strategy} picked {off}, expected {want}"
+        assert off == want, f"{self.policy} picked {off}, expected {want}"
         assert off not in self.live
         size = self.pool.size_of(off)
         assert size == need

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from nnmem import device, opt, tensor
+from nnmem.graph.plan import plan_as_asked
 from nnmem.graph.schedule import bfs_order, dependencies, route_order
 from nnmem.models import create_model
 from nnmem.planning import plan
@@ -40,15 +41,15 @@ def run(name, recompute, use_graph=True, sequential=False, steps=3, offload="non
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_every_strategy_changes_no_number(name):
+def test_every_policy_changes_no_number(name):
     eager = run(name, "none", use_graph=False)
     steps = {}
-    for strategy in ("speed", "memory", "cost-aware"):
+    for policy in ("speed", "memory", "cost-aware"):
         for sequential in (True, False):
-            losses, states, steps[strategy] = run(name, strategy, sequential=sequential)
-            assert losses == eager[0], (strategy, sequential)
+            losses, states, steps[policy] = run(name, policy, sequential=sequential)
+            assert losses == eager[0], (policy, sequential)
             for k in states:
-                np.testing.assert_array_equal(states[k], eager[1][k], err_msg=f"{strategy} {k}")
+                np.testing.assert_array_equal(states[k], eager[1][k], err_msg=f"{policy} {k}")
     assert steps["speed"].recomputations > 0 and steps["memory"].recomputations > 0
     # cost-aware recomputes, or drops recomputation where it would raise the peak
     plain = run(name, "none")[2].memory_summary()["arena_bytes"]
@@ -60,8 +61,11 @@ def test_cost_aware_drops_a_recomputation_that_would_raise_the_peak():
     # offloading every activation moves the peak away from the tensors recomputation drops:
     # keeping what rebuilds them then only adds bytes
     _, _, step = run("cnn", "cost-aware", offload="all")
-    assert step.recompute_strategy == "cost-aware" and step.recomputations == 0
-    raised = step._plan(False, "cost-aware", "all")["layout"].arena_bytes
+    assert step.recompute_policy == "cost-aware" and step.recomputations == 0
+    asked = plan_as_asked(
+        step.recorded, step.recorded_kinds, step.device, False, "cost-aware", "all"
+    )
+    raised = asked.layout.arena_bytes
     assert raised > step.layout.arena_bytes
 
 
@@ -72,7 +76,7 @@ def test_memory_centric_rebuilds_for_one_operation_at_a_time_in_any_order(name):
     tensors rebuilt for two different operations are never live at the same time."""
     _, _, step = run(name, "memory", steps=1)
     for sequential in (True, False):
-        step.compile(sequential)
+        step.replan(sequential)
         position = {i: p for p, i in enumerate(step.order)}
         # the rewrite puts the rebuilds an operation needs right before it: their consumer
         consumer, waiting = {}, []
@@ -97,8 +101,8 @@ def test_memory_centric_rebuilds_for_one_operation_at_a_time_in_any_order(name):
 
 
 def test_memory_centric_needs_no_more_than_speed_centric():
-    def lower_bound(strategy, sequential):
-        _, _, step = run("cnn", strategy, sequential=sequential, steps=1)
+    def lower_bound(policy, sequential):
+        _, _, step = run("cnn", policy, sequential=sequential, steps=1)
         return step.layout.lower_bound
 
     for sequential in (True, False):
@@ -106,10 +110,10 @@ def test_memory_centric_needs_no_more_than_speed_centric():
 
 
 def test_recomputation_lowers_the_resnet_peak_and_cost_aware_is_in_between():
-    def summary(strategy):
-        return plan(
-            create_model("resnet", depth=20), (32, 3, 32, 32), recompute=strategy
-        ).techniques[2]
+    def summary(policy):
+        return plan(create_model("resnet", depth=20), (32, 3, 32, 32), recompute=policy).techniques[
+            2
+        ]
 
     speed, memory, cost = summary("speed"), summary("memory"), summary("cost-aware")
     liveness = plan(create_model("resnet", depth=20), (32, 3, 32, 32)).techniques[1]
@@ -118,7 +122,7 @@ def test_recomputation_lowers_the_resnet_peak_and_cost_aware_is_in_between():
     assert speed.recomputations <= cost.recomputations < memory.recomputations
 
 
-def test_compile_rejects_recompute_without_graph_or_unknown_strategies():
+def test_compile_rejects_recompute_without_graph_or_unknown_policies():
     m = create_model("mlp")
     tx = tensor.PlaceHolder((2, 1, 8, 8), device.create_cpu_device("1MiB"))
     with pytest.raises(ValueError, match="use_graph=True"):

@@ -161,7 +161,7 @@ def evicted_tensor(dev):
 def test_an_evicted_tensor_reads_back_through_every_path():
     """to_numpy, a host write and an operation all bring an evicted tensor back first."""
     dev = device.create_cpu_device("64MiB")
-    dev.cache = TensorCache(dev, "all")
+    dev.set_memory_budget(None, TensorCache(dev, "all"))
     t = evicted_tensor(dev)
     assert t.block.offset is None and t.block.allocated
     np.testing.assert_array_equal(tensor.to_numpy(t), np.arange(1024, dtype=np.float32))

@@ -28,7 +28,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = os.environ.get("NNMEM_CHROMIUM", "/usr/bin/chromium")
 # What the page may name: the SVG namespace is an identifier, never fetched.
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
-#: (label, recomputation strategy, offload policy) of the planned techniques under test.
+#: (label, recompute policy, offload policy) of the planned techniques under test.
 VARIANTS = [
     ("liveness", "none", "none"),
     ("recompute", "memory", "none"),
@@ -38,13 +38,13 @@ VARIANTS = [
 
 class Planned(NamedTuple):
     """A technique's timeline (with its tensors) and what its compiled step says, position by
-    position: the descriptions of the blocks live there (from the storages' own ranges; two
-    blocks may share one, a forward output and its gradient), the bytes of the storages live
+    position: the descriptions of the blocks live there (from the slots' own ranges; two
+    blocks may share one, a forward output and its gradient), the bytes of the slots live
     there."""
 
     timeline: object
     live: list
-    arena: list
+    arena_bytes: list
     persistent_bytes: int
 
 
@@ -55,22 +55,24 @@ def planned():
     above its curve's top."""
     step = planned_step("cnn", (16, 1, 28, 28), sequential=False)
     found = {}
-    for label, strategy, offload in VARIANTS:
-        step.compile(False, strategy, offload)
+    for label, recompute, offload in VARIANTS:
+        step.replan(False, recompute, offload)
         timeline = step.timeline
         timeline.label, timeline.tensors = label, step.live_tensors()
         positions = range(len(step.order))
         live = [
             sorted(
                 block.desc
-                for s in step.storages
+                for s in step.slots
                 for block, (first, last) in zip(s.blocks, s.ranges)
                 if first <= p <= last
             )
             for p in positions
         ]
-        arena = [sum(s.nbytes for s in step.storages if s.first <= p <= s.last) for p in positions]
-        found[label] = Planned(timeline, live, arena, step.persistent_bytes)
+        arena_bytes = [
+            sum(s.nbytes for s in step.slots if s.first <= p <= s.last) for p in positions
+        ]
+        found[label] = Planned(timeline, live, arena_bytes, step.persistent_bytes)
     return found
 
 
@@ -123,14 +125,14 @@ def test_the_data_is_inlined_and_is_the_plans(page, planned):
 def test_the_tensors_live_at_the_peak_are_the_plans_and_sum_to_the_curve(page, planned, label):
     data = {t["label"]: t for t in read_viewer_data(page)["techniques"]}[label]
     plan = data["tensors"]
-    peak, _ = planned[label].timeline.peak_step()
+    peak, _ = planned[label].timeline.peak_position()
     for p in sorted({0, peak, len(data["bytes"]) - 1}):
         rows = [r for r in plan["tensors"] if r[4] <= p <= r[5]]
         assert sorted(r[0] for r in rows) == planned[label].live[p]
-        storages = {r[3] for r in rows}
-        assert storages == {i for i, s in enumerate(plan["storages"]) if s[2] <= p <= s[3]}
-        arena = sum(plan["storages"][i][0] for i in storages)
-        assert arena == planned[label].arena[p]
+        slots = {r[3] for r in rows}
+        assert slots == {i for i, s in enumerate(plan["slots"]) if s[2] <= p <= s[3]}
+        arena = sum(plan["slots"][i][0] for i in slots)
+        assert arena == planned[label].arena_bytes[p]
         assert plan["persistent_bytes"] + arena == data["bytes"][p]  # the curve's value
 
 
@@ -138,7 +140,7 @@ def test_every_position_sums_to_the_curve_and_the_outside_is_the_persistent_bloc
     for p in planned.values():
         plan = p.timeline.tensors
         for position, value in enumerate(p.timeline.bytes):
-            assert p.persistent_bytes + p.arena[position] == value
+            assert p.persistent_bytes + p.arena_bytes[position] == value
         # the blocks outside the arena, each rounded up to the pool's alignment, are all of it
         rounded = sum(-(-max(b[2], 1) // 256) * 256 for b in plan["persistent"])
         assert rounded == plan["persistent_bytes"]
@@ -191,7 +193,7 @@ def test_train_writes_the_viewer(trained_page, capsys):
     for t in data["techniques"][2:]:
         plan = t["tensors"]
         position = max(range(len(t["bytes"])), key=t["bytes"].__getitem__)
-        live = [s for s in plan["storages"] if s[2] <= position <= s[3]]
+        live = [s for s in plan["slots"] if s[2] <= position <= s[3]]
         assert plan["persistent_bytes"] + sum(s[0] for s in live) == t["bytes"][position]
     assert set(data["lanes"]) == {"sync offload (all)", "async offload (all)"}
     for calls in data["lanes"].values():
@@ -358,7 +360,7 @@ def screenshot(page, name):
 def test_in_a_browser_a_click_at_the_peak_lists_the_tensors_live_there(browser, page, planned):
     view, problems = open_page(browser, page)
     liveness = planned["liveness"]
-    peak, operation = liveness.timeline.peak_step()
+    peak, operation = liveness.timeline.peak_position()
     positions = max(len(p.timeline.bytes) for p in planned.values())
     assert view.locator("#detail").get_attribute("data-position") == str(peak)  # opens there
     click_operation(view, 0, positions)
@@ -372,13 +374,13 @@ def test_in_a_browser_a_click_at_the_peak_lists_the_tensors_live_there(browser, 
     assert shown_names(view) == liveness.live[peak]
     total = int(view.locator("#total").get_attribute("data-bytes"))
     assert total == liveness.timeline.bytes[peak]
-    # the arena strip draws one bar per storage live there
-    live_storages = {r[3] for r in liveness.timeline.tensors["tensors"] if r[4] <= peak <= r[5]}
-    assert view.locator("#strip rect.storage").count() == len(live_storages)
+    # the arena strip draws one bar per slot live there
+    live_slots = {r[3] for r in liveness.timeline.tensors["tensors"] if r[4] <= peak <= r[5]}
+    assert view.locator("#strip rect.slot").count() == len(live_slots)
     # another technique: a click on its row shows its tensors at its own peak
     view.locator('#techniques tr[data-technique="2"]').click()
     offload = planned["offload"]
-    offload_peak, _ = offload.timeline.peak_step()
+    offload_peak, _ = offload.timeline.peak_position()
     assert detail.get_attribute("data-technique") == "offload"
     assert detail.get_attribute("data-position") == str(offload_peak)
     assert shown_names(view) == offload.live[offload_peak]

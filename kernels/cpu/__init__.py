@@ -1,13 +1,11 @@
-"""CPU kernels compiled with numba.njit.
+"""CPU kernels compiled with numba.njit: pure functions over NumPy arrays.
 
-Pure functions over NumPy arrays: outputs first, then inputs, then scalars. Every
-kernel writes into the buffers it is given and allocates nothing; kernels that need
-scratch memory take a ``workspace`` argument. Each ``name`` is the jitted alias of a
-plain Python ``_name`` in its module, so ``NUMBA_DISABLE_JIT=1`` makes all of them
+Which kernels there are (a module here per family) and what every one of them promises (outputs
+first, nothing allocated, scratch memory as a ``workspace`` argument) is kernels/contract.py's;
+nnmem.kernels.cuda keeps the same contract on a GPU. An operation takes its kernels from its
+device (``x.device.kernels``), never from this module directly. Each ``name`` is the jitted
+alias of a plain Python ``_name`` in its module, so ``NUMBA_DISABLE_JIT=1`` makes all of them
 debuggable Python. See each module's docstring for its memory contract.
-
-nnmem.kernels.cuda has the same names and contracts for a GPU; an operation takes its kernels
-from its device (``x.device.kernels``), never from this module directly.
 
 They are compiled with ``_jit.njit``, which is ``numba.njit`` with Numba's on-disk cache kept
 outside the installed package (in Numba's user-wide cache folder, or ``NUMBA_CACHE_DIR``):
@@ -15,59 +13,13 @@ outside the installed package (in Numba's user-wide cache folder, or ``NUMBA_CAC
 is installed (threads.py says why), and the GEMMs on the same threads (gemm.py, blas.py).
 """
 
-from . import (
-    batchnorm,
-    concat,
-    conv,
-    conv3x3,
-    elementwise,
-    embedding,
-    gemm,
-    loss,
-    lrn,
-    optim,
-    pool,
-    reduce,
-    softmax,
-    strided,
-    threads,
-    unary,
-)
-from .batchnorm import *  # noqa: F403
-from .concat import *  # noqa: F403
-from .conv import *  # noqa: F403
-from .conv3x3 import *  # noqa: F403
-from .elementwise import *  # noqa: F403
-from .embedding import *  # noqa: F403
-from .gemm import *  # noqa: F403
-from .loss import *  # noqa: F403
-from .lrn import *  # noqa: F403
-from .optim import *  # noqa: F403
-from .pool import *  # noqa: F403
-from .reduce import *  # noqa: F403
-from .softmax import *  # noqa: F403
-from .strided import *  # noqa: F403
-from .strided import BINARY_CODES, MAX_DIMS  # noqa: F401 (tables operators read via a device)
-from .unary import *  # noqa: F403
-from .unary import UNARY_CODES  # noqa: F401 (a table operators read via a device)
+from .. import contract
+from . import threads
 
-MODULES = (
-    conv,
-    conv3x3,
-    pool,
-    batchnorm,
-    elementwise,
-    unary,
-    strided,
-    softmax,
-    embedding,
-    concat,
-    lrn,
-    reduce,
-    gemm,
-    loss,
-    optim,
-)
-__all__ = [name for module in MODULES for name in module.__all__]
+# the family modules, and this package's names: the contract's kernels and tables
+MODULES, _namespace = contract.build_namespace(__name__)
+globals().update(_namespace)
+__all__ = list(contract.KERNELS)
 
-threads.load_tbb()  # before any kernel runs: Numba chooses its threading layer at the first
+# before any kernel runs: Numba chooses its threading layer at the first parallel launch
+threads.load_tbb()

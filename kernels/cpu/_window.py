@@ -8,20 +8,7 @@ the input, and loop only over that range: the padded border costs nothing.
 
 from ._jit import njit
 
-__all__ = ["window_output_size", "valid_range"]
-
-
-def window_output_size(size, k, stride, pad):
-    """Output length of a window of length k, stride and symmetric zero padding:
-    (size+2*pad-k)//stride+1."""
-    if k < 1 or stride < 1 or pad < 0:
-        raise ValueError(
-            "window: need kernel >= 1, stride >= 1, padding >= 0; "
-            f"got k={k}, stride={stride}, pad={pad}"
-        )
-    if size + 2 * pad < k:
-        raise ValueError(f"window: kernel {k} is larger than the padded input {size} + 2*{pad}")
-    return (size + 2 * pad - k) // stride + 1
+__all__ = ["valid_range"]
 
 
 def _valid_range(out_size, offset, stride, pad, in_size):

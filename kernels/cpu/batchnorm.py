@@ -20,13 +20,6 @@ from numba import prange
 
 from ._jit import njit
 
-__all__ = [
-    "batchnorm2d_forward_train",
-    "batchnorm2d_forward_apply",
-    "batchnorm2d_forward_infer",
-    "batchnorm2d_backward",
-]
-
 
 def _check_bn(y, x, c_vec):
     if y.shape != x.shape or c_vec.shape[0] != x.shape[1]:

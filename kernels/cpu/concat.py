@@ -11,8 +11,6 @@ from numba import prange
 
 from ._jit import njit
 
-__all__ = ["concat_copy_in", "concat_copy_out"]
-
 
 def _check_rows(a, b, offset, cols, what):
     if a.shape[0] != b.shape[0] or offset < 0 or offset + cols > a.shape[1]:

@@ -26,7 +26,8 @@ Rows follow w.reshape(O, C*KH*KW) and columns run over samples then output pixel
 the cheap (B, O, L) <-> (O, B, L) transpose of the O-channel tensor Y' / dY'
 (skipped when B == 1, where Y' is y[n] itself).
 
-Workspace (1-D, same dtype as x): per sample (K + O) * L elements (cols + Y'/dY').
+Workspace (1-D, same dtype as x): per sample (K + O) * L elements (cols + Y'/dY'):
+conv2d_gemm_workspace_per_sample in kernels/sizes.py.
 The kernels use B = min(N, workspace.size // ((K+O)*L)) samples per chunk. The
 backward-filter pass, when it needs several chunks, sums their partial products
 into dw in chunk order; it keeps the partial product of a chunk in whatever
@@ -40,27 +41,9 @@ import numpy as np
 from numba import prange
 
 from ._jit import njit
-from ._window import valid_range, window_output_size
+from ._window import valid_range
 from .elementwise import axpy
 from .gemm import matmul
-
-__all__ = [
-    "conv2d_output_shape",
-    "conv2d_forward_direct",
-    "conv2d_backward_data_direct",
-    "conv2d_backward_filter_direct",
-    "im2col",
-    "col2im",
-    "conv2d_gemm_workspace_per_sample",
-    "conv2d_forward_gemm",
-    "conv2d_backward_data_gemm",
-    "conv2d_backward_filter_gemm",
-]
-
-
-def conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw):
-    """(n, o, oh, ow) with oh = (h+2ph-kh)//sh+1, ow = (w+2pw-kw)//sw+1. Plain Python."""
-    return (n, o, window_output_size(h, kh, sh, ph), window_output_size(w, kw, sw, pw))
 
 
 def _check_conv_shapes(y, x, w, sh, sw, ph, pw, groups=1):
@@ -257,13 +240,6 @@ conv2d_backward_filter_direct = njit(parallel=True, cache=True)(_conv2d_backward
 
 
 # ---------------------------------------------------------------- im2col + GEMM
-def conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw):
-    """Workspace elements one sample needs in any GEMM pass: (C*KH*KW + O) * OH * OW.
-    Plain Python."""
-    _, _, oh, ow = conv2d_output_shape(1, c, h, w, o, kh, kw, sh, sw, ph, pw)
-    return (c * kh * kw + o) * oh * ow
-
-
 def _gemm_setup(name, y, x, w, workspace, sh, sw, ph, pw):
     """Validate arguments of a GEMM pass; return (K, L, per_sample, samples_per_chunk)."""
     for arr, label in ((y, "y/dy"), (x, "x/dx"), (w, "w/dw"), (workspace, "workspace")):

@@ -21,13 +21,13 @@ dw[o,c,p,q] = sum_n sum_{i,j} dy[n,o,i,j] xpad[n,c,i+p,j+q], each one loop over 
 group of samples laid end to end, with dy copied into rows as long as the padded ones (zeros in
 the extra columns and rows).
 
-Workspace: ``conv3x3_workspace_per_sample`` elements per sample, the most any pass needs:
-forward, the padded planes of x and each output plane's sums (and one spare) in rows as long
-as the padded ones, so that one loop runs over a whole plane (for the 8x8 planes of ResNet's
-last stage a row alone is too short a loop to pay for itself); backward data, the same for dy
-and dx; backward filter, the padded planes of x and the planes of dy. The batch runs in chunks
-of as many samples as the workspace holds, and backward filter adds the chunks' sums into dw
-in chunk order.
+Workspace: ``conv3x3_workspace_per_sample`` elements per sample (kernels/sizes.py), the most
+any pass needs: forward, the padded planes of x and each output plane's sums (and one spare) in
+rows as long as the padded ones, so that one loop runs over a whole plane (for the 8x8 planes of
+ResNet's last stage a row alone is too short a loop to pay for itself); backward data, the same
+for dy and dx; backward filter, the padded planes of x and the planes of dy. The batch runs in
+chunks of as many samples as the workspace holds, and backward filter adds the chunks' sums into
+dw in chunk order.
 
 Non-finite numbers: a NaN or infinity reaches every output it reaches in the direct kernels. One
 difference comes from the padding: backward filter multiplies zeros (the border, the extra
@@ -47,15 +47,8 @@ sums depend on how the batch is cut (chunks, groups of samples), as the GEMM's d
 import numpy as np
 from numba import prange
 
+from ..sizes import conv3x3_filter_need, conv3x3_forward_need, conv3x3_plane
 from ._jit import by_size, njit
-
-__all__ = [
-    "conv3x3_applies",
-    "conv3x3_workspace_per_sample",
-    "conv3x3_forward",
-    "conv3x3_backward_data",
-    "conv3x3_backward_filter",
-]
 
 # Non-negative indices as unsigned: Numba then drops its negative-index wraparound, which
 # blocks vectorisation (conv.py says more).
@@ -64,36 +57,6 @@ _u = np.uint64
 CHANNEL_BLOCK = 8
 # Elements per loop of backward filter, at most (or one sample's plane): see _planes_filter.
 GROUP_ELEMENTS = 2048
-
-
-def conv3x3_applies(kh, kw, sh, sw, ph, pw):
-    """Does this geometry (kernel, stride, padding) have a kernel here? Plain Python."""
-    return (kh, kw, sh, sw, ph, pw) == (3, 3, 1, 1, 1, 1)
-
-
-def _plane(h, w):
-    """Elements of one padded plane: (H+2)*(W+2), and two trailing zeros that the last row's
-    reads of the two columns past the output run into."""
-    return (h + 2) * (w + 2) + 2
-
-
-def _forward_need(inputs, outputs, h, w):
-    """Workspace elements per sample of _forward (forward, and backward data with the channels
-    and filters swapped): the padded planes of its inputs, and the row-padded sums of its
-    outputs and a spare. Plain Python."""
-    return inputs * _plane(h, w) + (outputs + 1) * h * (w + 2)
-
-
-def _filter_need(c, o, h, w):
-    """Workspace elements per sample of backward filter: C padded planes of x and O planes of
-    dy. Plain Python."""
-    return (c + o) * _plane(h, w)
-
-
-def conv3x3_workspace_per_sample(c, o, h, w):
-    """Workspace elements one sample needs in any of the three passes: the most of forward's,
-    backward data's and backward filter's needs. Plain Python."""
-    return max(_forward_need(c, o, h, w), _forward_need(o, c, h, w), _filter_need(c, o, h, w))
 
 
 def _check(y, x, w):
@@ -302,7 +265,7 @@ def _chunks(n, workspace, per_sample):
 
 def _views(workspace, b, inputs, outputs, h, w):
     """(padded (b, inputs, plane), acc (b, outputs, H*W2)) at the start of the workspace."""
-    plane, rows = _plane(h, w), h * (w + 2)
+    plane, rows = conv3x3_plane(h, w), h * (w + 2)
     padded = workspace[: b * inputs * plane].reshape(b, inputs, plane)
     end = b * inputs * plane + b * outputs * rows
     return padded, workspace[b * inputs * plane : end].reshape(b, outputs, rows)
@@ -312,7 +275,7 @@ def _forward(out, source, w, workspace, flipped):
     """out = the padded-plane convolution of source (see _planes_forward), in chunks."""
     n, ni, h, wd = source.shape
     na = out.shape[1]
-    b = _chunks(n, workspace, _forward_need(ni, na, h, wd))
+    b = _chunks(n, workspace, conv3x3_forward_need(ni, na, h, wd))
     for n0 in range(0, n, b):
         chunk = source[n0 : n0 + b]
         padded, acc = _views(workspace, chunk.shape[0], ni, na + 1, h, wd)
@@ -338,8 +301,8 @@ def conv3x3_backward_filter(dw, dy, x, workspace):
     check(dy, x, dw)
     n, c, h, wd = x.shape
     o = dy.shape[1]
-    plane = _plane(h, wd)
-    b = _chunks(n, workspace, _filter_need(c, o, h, wd))
+    plane = conv3x3_plane(h, wd)
+    b = _chunks(n, workspace, conv3x3_filter_need(c, o, h, wd))
     for n0 in range(0, n, b):
         chunk = x[n0 : n0 + b]
         nb = chunk.shape[0]

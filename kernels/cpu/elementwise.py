@@ -26,25 +26,6 @@ from ._jit import by_size, njit
 # The counter-based generator's source, compiled for the CPU (the CUDA kernels compile the same).
 counter_uniform = njit(cache=True)(counter_rng.counter_uniform)
 
-__all__ = [
-    "relu_forward",
-    "relu_backward",
-    "sigmoid_forward",
-    "sigmoid_backward",
-    "add",
-    "sub",
-    "mul",
-    "axpy",
-    "scale",
-    "fill",
-    "copy",
-    "dropout_forward",
-    "dropout_backward",
-    "increment",
-    "add_bias_rows",
-    "add_bias_nchw",
-]
-
 
 def _check_same_size(a, b):
     if a.size != b.size:

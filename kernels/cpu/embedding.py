@@ -14,8 +14,6 @@ from numba import prange
 
 from ._jit import njit
 
-__all__ = ["embedding_forward", "embedding_backward"]
-
 
 def _check_ids(ids, rows):
     for i in range(ids.size):

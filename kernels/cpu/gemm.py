@@ -26,8 +26,6 @@ from numba import prange
 from . import blas
 from ._jit import njit
 
-__all__ = ["matmul"]
-
 MAX_CHUNKS = 16  # chunks of a product: enough to share among 16 threads
 # Products of at most this many multiply-adds (M*N*K) go to np.matmul: OpenBLAS runs them on
 # one thread anyway (its own threshold, 64^3), and calling it straight costs ~1 us where the

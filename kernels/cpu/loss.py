@@ -15,15 +15,6 @@ import math
 
 from ._jit import njit
 
-__all__ = [
-    "softmax_cross_entropy_forward",
-    "softmax_cross_entropy_backward",
-    "softmax_cross_entropy_forward_onehot",
-    "softmax_cross_entropy_backward_onehot",
-    "mse_forward",
-    "mse_backward",
-]
-
 
 def _check_labels(labels, c):
     """Return the first row whose label is outside [0, c), or -1 if all are valid."""

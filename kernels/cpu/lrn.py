@@ -27,8 +27,6 @@ from numba import prange
 
 from ._jit import njit
 
-__all__ = ["lrn_forward", "lrn_backward"]
-
 # Channel indices such as max(c - half, 0) have a sign the compiler cannot see, so index with
 # unsigned integers to skip Numba's negative-index wraparound test (see conv.py).
 _u = np.uint64

@@ -24,8 +24,6 @@ from numba import prange
 
 from ._jit import by_size, njit
 
-__all__ = ["sgd_update", "adam_update", "rmsprop_update", "adagrad_update"]
-
 
 def _check(a, b):
     if a.size != b.size:

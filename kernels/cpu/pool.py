@@ -5,8 +5,8 @@ j*sw-pw .. j*sw-pw+kw-1; positions outside the plane are padding.
 
 Padding rule: the kernels require ph < kh and pw < kw, which guarantees that every
 window overlaps the input (no window lies fully in the padding), so a max-pool
-window always has a real element to choose. ``pool2d_output_shape`` and the
-kernels reject other paddings with ValueError.
+window always has a real element to choose. ``pool2d_output_shape`` (kernels/sizes.py)
+and the kernels reject other paddings with ValueError.
 
 Max pooling: padding counts as -inf and is never chosen; ties go to the first
 maximum in row-major window order. ``argmax`` (int32, shape of y) stores the flat
@@ -24,32 +24,12 @@ import numpy as np
 from numba import prange
 
 from ._jit import njit
-from ._window import valid_range, window_output_size
-
-__all__ = [
-    "pool2d_output_shape",
-    "maxpool2d_forward",
-    "maxpool2d_backward",
-    "avgpool2d_forward",
-    "avgpool2d_backward",
-]
-
+from ._window import valid_range
 
 # Window indices such as max(i*sh - ph, 0) have a sign the compiler cannot see, so Numba
 # would add a negative-index wraparound test to every access; they are valid positions,
 # so the kernels index with unsigned integers (see conv.py).
 _u = np.uint64
-
-
-def pool2d_output_shape(n, c, h, w, kh, kw, sh, sw, ph, pw):
-    """(n, c, oh, ow) with oh = (h+2ph-kh)//sh+1, ow = (w+2pw-kw)//sw+1;
-    requires ph < kh, pw < kw. Plain Python."""
-    if ph >= kh or pw >= kw:
-        raise ValueError(
-            "pool2d: padding must be smaller than the window (ph < kh, pw < kw); "
-            f"got ph={ph}, kh={kh}, pw={pw}, kw={kw}"
-        )
-    return (n, c, window_output_size(h, kh, sh, ph), window_output_size(w, kw, sw, pw))
 
 
 def _check_pool(y, x, kh, kw, sh, sw, ph, pw):

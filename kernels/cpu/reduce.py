@@ -18,8 +18,6 @@ from numba import prange
 
 from ._jit import by_size, njit
 
-__all__ = ["sum_rows", "bias_grad_nchw"]
-
 
 def _sum_rows(out, x):
     """out[f] = sum_n x[n, f] for x (N, F), out (F,) (bias gradient of a linear layer).

@@ -17,8 +17,6 @@ from numba import prange
 
 from ._jit import njit
 
-__all__ = ["softmax_forward", "softmax_backward"]
-
 
 def _softmax_line(y, x, o, i):
     """y[o, :, i] = softmax(x[o, :, i]): one line, in float64."""

@@ -25,27 +25,10 @@ import math
 
 from numba import int64, prange
 
+from ..contract import MAX_DIMS
 from ._jit import njit
 
-__all__ = [
-    "strided_gather",
-    "strided_scatter",
-    "reduce_sum",
-    "broadcast_binary",
-]
-
-#: Shapes and strides are padded to this many axes.
-MAX_DIMS = 6
-
-#: broadcast_binary's operations, and their codes by name as operators ask for them
-#: (``device.kernels.BINARY_CODES["add"]``). pow_da and pow_db are the partial derivatives of
-#: u^v (v u^(v-1) and u^v log u), which the power's backward multiplies by dy.
-BINARY_CODES = {
-    name: code
-    for code, name in enumerate(
-        "add sub mul div pow max min gt ge lt le eq and or xor pow_da pow_db".split()
-    )
-}
+# The codes of kernels/contract.py's BINARY_CODES, by name (a test checks they agree).
 (ADD, SUB, MUL, DIV, POW, MAX, MIN, GT, GE, LT, LE, EQ, AND, OR, XOR, POW_DA, POW_DB) = range(17)
 
 

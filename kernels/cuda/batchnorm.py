@@ -40,13 +40,6 @@ from ._launch import (
 )
 from .reduce import block_sum
 
-__all__ = [
-    "batchnorm2d_forward_train",
-    "batchnorm2d_forward_apply",
-    "batchnorm2d_forward_infer",
-    "batchnorm2d_backward",
-]
-
 _F64 = "float64[::1]"
 
 

@@ -14,8 +14,6 @@ from numba import cuda
 
 from ._launch import A2, check_device, each_float, float_dtype, kernel, launch_1d
 
-__all__ = ["concat_copy_in", "concat_copy_out"]
-
 
 @kernel(*each_float(f"void({A2}, {A2}, int64)"))
 def _concat_copy_in_kernel(y, x, offset):

@@ -31,7 +31,7 @@ any workspace that suits the CPU suits it. Chunks run in order on one stream: de
 from numba import cuda
 
 from ..cpu import conv as cpu_conv
-from ..cpu.conv import conv2d_gemm_workspace_per_sample, conv2d_output_shape
+from ..sizes import conv2d_output_shape
 from ._launch import (
     A2,
     A3,
@@ -45,19 +45,6 @@ from ._launch import (
 )
 from .elementwise import fill
 from .gemm import gemm
-
-__all__ = [
-    "conv2d_output_shape",
-    "conv2d_forward_direct",
-    "conv2d_backward_data_direct",
-    "conv2d_backward_filter_direct",
-    "im2col",
-    "col2im",
-    "conv2d_gemm_workspace_per_sample",
-    "conv2d_forward_gemm",
-    "conv2d_backward_data_gemm",
-    "conv2d_backward_filter_gemm",
-]
 
 _DIRECT = each_float(f"void({A4}, {A4}, {A4}, int64, int64, int64, int64, int64)")
 _UNFOLD = "int64, int64, int64, int64, int64, int64"  # kh, kw, sh, sw, ph, pw

@@ -4,26 +4,14 @@ The CPU kernels exist because the CPU's im2col + GEMM path is slow for few chann
 module). On a GPU, the direct kernels of conv.py already give every output element its own
 thread, so these twins run them, with the CPU kernels' names, signatures and checks: an
 operation that picks "conv3x3" on the CPU runs unchanged on a GPU. They leave the workspace
-unused. The host helpers are the CPU module's own functions.
+unused.
 """
 
-from ..cpu import conv3x3 as cpu_conv3x3
 from .conv import (
     conv2d_backward_data_direct,
     conv2d_backward_filter_direct,
     conv2d_forward_direct,
 )
-
-__all__ = [
-    "conv3x3_applies",
-    "conv3x3_workspace_per_sample",
-    "conv3x3_forward",
-    "conv3x3_backward_data",
-    "conv3x3_backward_filter",
-]
-
-conv3x3_applies = cpu_conv3x3.conv3x3_applies
-conv3x3_workspace_per_sample = cpu_conv3x3.conv3x3_workspace_per_sample
 
 
 def conv3x3_forward(y, x, w, workspace, *, stream=0):

@@ -30,25 +30,6 @@ from ._launch import (
     launch_1d,
 )
 
-__all__ = [
-    "relu_forward",
-    "relu_backward",
-    "sigmoid_forward",
-    "sigmoid_backward",
-    "add",
-    "sub",
-    "mul",
-    "axpy",
-    "scale",
-    "fill",
-    "copy",
-    "dropout_forward",
-    "dropout_backward",
-    "increment",
-    "add_bias_rows",
-    "add_bias_nchw",
-]
-
 _UNARY = each_float(f"void({A1}, {A1})")
 _BINARY = each_float(f"void({A1}, {A1}, {A1})")
 _ANY_DTYPE = ("float32", "float64", "int32", "int64")  # fill and copy move any of these
@@ -278,8 +259,8 @@ def dropout_forward(y, mask, state, x, ratio, seed, *, stream=0):
     mask[i] = 0 if u < ratio else 1/(1-ratio) (float64, stored in mask's dtype);
     y[i] = x[i] * mask[i]; then state[0] += 1.
 
-    Writes y and mask (y may be x); advances the draw counter `state` (int64, 1 element) on the
-    device. Bit-identical to the CPU kernel's mask for the same seed and state. Two launches on
+    Writes y and mask (y may be x); advances the dropout counter `state` (int64, 1 element) on
+    the device. Bit-identical to the CPU kernel's mask for the same seed and state. Two launches on
     `stream`: the mask kernel (one thread per element, each reading state[0]), then a 1-thread
     kernel that increments state[0]; stream order guarantees no thread reads the counter after
     it moved (a bump inside the mask kernel would race with the threads still reading it)."""

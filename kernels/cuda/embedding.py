@@ -12,8 +12,6 @@ from numba import cuda
 
 from ._launch import A1, A2, check_device, check_dtype, each_float, float_dtype, kernel, launch_1d
 
-__all__ = ["embedding_forward", "embedding_backward"]
-
 _IDS = A1.format(T="int32")
 
 

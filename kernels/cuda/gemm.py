@@ -39,8 +39,6 @@ from ._launch import A2, REDUCE_THREADS, TILE, check_device, each_float, float_d
 from .elementwise import fill
 from .reduce import block_sum
 
-__all__ = ["matmul"]
-
 #: A product with fewer output tiles than FEW_TILES and at least LONG_K terms per sum gets one
 #: block per output element (_gemm_long_k_kernel) instead of one per tile.
 FEW_TILES = 256

@@ -39,15 +39,6 @@ from ._launch import (
 )
 from .reduce import block_sum
 
-__all__ = [
-    "softmax_cross_entropy_forward",
-    "softmax_cross_entropy_backward",
-    "softmax_cross_entropy_forward_onehot",
-    "softmax_cross_entropy_backward_onehot",
-    "mse_forward",
-    "mse_backward",
-]
-
 _LABELS = ("int32[::1]", "int64[::1]")
 
 

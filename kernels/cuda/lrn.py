@@ -22,8 +22,6 @@ from numba import cuda
 
 from ._launch import A3, check_device, each_float, float_dtype, kernel, launch_1d
 
-__all__ = ["lrn_forward", "lrn_backward"]
-
 
 @kernel(*each_float(f"void({A3}, {A3}, {A3}, int64, float64, float64, float64)"))
 def _lrn_forward_kernel(y, scale, x, size, alpha, beta, k):

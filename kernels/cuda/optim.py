@@ -27,8 +27,6 @@ from numba import cuda
 
 from ._launch import A1, check_device, device_function, each_float, float_dtype, kernel, launch_1d
 
-__all__ = ["sgd_update", "adam_update", "rmsprop_update", "adagrad_update"]
-
 #: A hyperparameter as the kernels take it: (init, rate, period, staircase).
 _SCHEDULE = "Tuple((float64, float64, float64, boolean))"
 _STEPS = "int32[::1]"

@@ -19,16 +19,7 @@ None allocates or needs a workspace.
 
 from numba import cuda
 
-from ..cpu.pool import pool2d_output_shape
 from ._launch import A4, check_device, each_float, float_dtype, kernel, launch_1d, unravel4
-
-__all__ = [
-    "pool2d_output_shape",
-    "maxpool2d_forward",
-    "maxpool2d_backward",
-    "avgpool2d_forward",
-    "avgpool2d_backward",
-]
 
 _WINDOW = "int64, int64, int64, int64, int64, int64"  # kh, kw, sh, sw, ph, pw
 

@@ -22,8 +22,6 @@ from ._launch import (
     kernel,
 )
 
-__all__ = ["sum_rows", "bias_grad_nchw"]
-
 
 @device_function
 def block_sum(buf, value):

@@ -9,9 +9,6 @@ from numba import cuda
 from ..cpu import softmax as cpu_softmax
 from ._launch import A3, check_device, device_function, each_float, float_dtype, kernel, launch_1d
 
-__all__ = ["softmax_forward", "softmax_backward"]
-
-
 softmax_line = device_function(cpu_softmax._softmax_line)
 softmax_backward_line = device_function(cpu_softmax._softmax_backward_line)
 

@@ -11,11 +11,9 @@ arguments, copied with the launch: no device memory, no transfer).
 
 from numba import cuda
 
+from ..contract import MAX_DIMS
 from ..cpu import strided as cpu_strided
-from ..cpu.strided import MAX_DIMS
 from ._launch import A1, check_device, device_function, each_float, float_dtype, kernel, launch_1d
-
-__all__ = ["strided_gather", "strided_scatter", "reduce_sum", "broadcast_binary"]
 
 _T = f"UniTuple(int64, {MAX_DIMS})"
 offset_of = device_function(cpu_strided._offset_of)

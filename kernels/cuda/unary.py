@@ -10,8 +10,6 @@ from numba import cuda
 from ..cpu import unary as cpu_unary
 from ._launch import A1, check_device, device_function, each_float, float_dtype, kernel, launch_1d
 
-__all__ = ["unary_forward", "unary_backward"]
-
 unary_value = device_function(cpu_unary._unary_value)
 unary_gradient = device_function(cpu_unary._unary_gradient)
 

@@ -147,6 +147,11 @@ def sample_shape(text):
     return shape
 
 
+def format_shape(shape):
+    """A shape as --input writes it: "3x224x224" from (3, 224, 224); sample_shape reads it."""
+    return "x".join(map(str, shape))
+
+
 #: What --timeline writes, by the file's extension (any case).
 TIMELINE_KINDS = {".png": "a plot", ".html": "the memory viewer"}
 

@@ -19,30 +19,35 @@ import numpy as np
 from nnmem.cli.arguments import (
     UsageError,
     byte_size,
+    format_shape,
     positive_float,
     positive_int,
     resnet_depth,
     sample_shape,
     timeline_path,
 )
-from nnmem.cli.timeline import require_matplotlib, write_timeline
-from nnmem.cli.train import (
+from nnmem.cli.flags import (
+    DATA_SAMPLES,
     DEFAULT_BATCH,
+    DEFAULT_DATA,
     DEFAULT_DEPTH,
     PAPER_SAMPLES,
-    SMALLEST_IMAGE,
+    check_depth_rules,
+    check_offload_flags,
     depth_of,
+    image_too_small,
 )
+from nnmem.cli.timeline import require_matplotlib, write_timeline
 from nnmem.graph.offload import POLICIES
 from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.models import MODELS, create_model, resnet
 from nnmem.planning import plan
 from nnmem.search import largest_fitting
 
-#: One sample of nnmem train's default data, the digits (nnmem.data.load_digits: 1x28x28).
-TRAIN_SAMPLE = (1, 28, 28)
-# Models whose pooling shrinks a 28x28 image to nothing (train.SMALLEST_IMAGE: they cannot
-# train on the digits) are planned on the input of their papers (train.PAPER_SAMPLES) instead.
+#: One sample of nnmem train's default data, the digits (1x28x28).
+TRAIN_SAMPLE = DATA_SAMPLES[DEFAULT_DATA]
+# Models whose pooling shrinks a 28x28 image to nothing (flags.SMALLEST_IMAGE: they cannot
+# train on the digits) are planned on the input of their papers (flags.PAPER_SAMPLES) instead.
 #: --find-depth stops at ResNet-4000: beyond SuperNeurons' ResNet-2500, which offloading and
 #: recomputation reach in a budget of a GPU's size; planning one takes about a minute, and the
 #: search's cost grows with the depth it reaches.
@@ -138,15 +143,7 @@ def run(args):
             "--find-depth and --find-batch search against a memory budget: "
             "add --budget, e.g. --budget 12GiB"
         )
-    if args.offload == "dyn" and args.budget is None:
-        raise UsageError(
-            "argument --offload: dyn picks the fastest policy that fits a budget; add "
-            "--budget, e.g. --budget 12GiB"
-        )
-    if args.sync_offload and args.offload == "none":
-        raise UsageError(
-            "argument --sync-offload: it is about offloading; leave it out with --offload none"
-        )
+    check_offload_flags(args, default_offload="all", example_budget="12GiB")
     require_matplotlib(args.timeline)
     if args.find_depth and args.model != "resnet":
         raise UsageError("argument --find-depth: it searches ResNet depths; use --model resnet")
@@ -155,18 +152,16 @@ def run(args):
     if args.batch_size is None:
         args.batch_size = DEFAULT_BATCH
     sample = args.input or PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE)
-    smallest = SMALLEST_IMAGE.get(args.model)
-    if smallest and len(sample) == 3 and min(sample[1:]) < smallest:
+    smallest = image_too_small(args.model, sample)
+    if smallest is not None:
         raise UsageError(
             f"argument --input: {args.model} needs images of at least {smallest}x{smallest}, "
-            f"got {_shape(sample)}; e.g. --input {_shape(PAPER_SAMPLES[args.model])}, as in "
-            "its paper"
+            f"got {format_shape(sample)}; e.g. --input "
+            f"{format_shape(PAPER_SAMPLES[args.model])}, as in its paper"
         )
     if args.model == "resnet" and not args.find_depth:
-        try:  # the depth's own rules (6n + 2, ...), before anything is planned
-            _model(args, sample, args.depth)
-        except ValueError as e:
-            raise UsageError(f"argument --depth: {e}") from None
+        # the depth's own rules (6n + 2, ...), before anything is planned
+        check_depth_rules(lambda: _model(args, sample, args.depth))
     # planned(batch, depth) -> StepPlan; cached, so that the search's winner is not planned twice
     planned = functools.cache(functools.partial(_planned, args, sample))
     found = True
@@ -217,7 +212,8 @@ def write_plan_timeline(args, step):
     write_timeline(
         args.timeline,
         [t.timeline for t in step.techniques],
-        f"{step.model}, input {_shape(step.input_shape)}: memory of one training step, planned",
+        f"{step.model}, input {format_shape(step.input_shape)}: memory of one training step, "
+        "planned",
         lower_bound=liveness.lower_bound_bytes,
         selected="liveness",
     )
@@ -302,7 +298,7 @@ def _plan(args, sample, batch, depth, tensors=None):
     viewer): by default with --timeline, unless a search plans many steps to keep one."""
     if tensors is None:
         tensors = bool(args.timeline) and not (args.find_depth or args.find_batch)
-    step = f"a training step of {args.model} on input {_shape((batch,) + sample)}"
+    step = f"a training step of {args.model} on input {format_shape((batch,) + sample)}"
     if args.width != 1:
         step += f" at --width {args.width:g}"
     try:
@@ -325,9 +321,9 @@ def _plan(args, sample, batch, depth, tensors=None):
     except ValueError as e:  # a layer refused the sample's shape
         if args.input is None:  # the default sample fits every model: not the user's input
             raise
-        usual = _shape(PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE))
+        usual = format_shape(PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE))
         raise UsageError(
-            f"argument --input: {args.model} cannot take samples of shape {_shape(sample)} "
+            f"argument --input: {args.model} cannot take samples of shape {format_shape(sample)} "
             f"({e}); give another --input, e.g. {usual}"
         ) from None
     except OverflowError as e:
@@ -337,12 +333,8 @@ def _plan(args, sample, batch, depth, tensors=None):
         ) from None
 
 
-def _shape(shape):
-    return "x".join(map(str, shape))
-
-
 def print_plan(step, budget):
-    shape = "x".join(map(str, step.input_shape))
+    shape = format_shape(step.input_shape)
     print(
         f"{step.model}, input {shape}: {step.nodes} recorded operations; parameters, optimizer "
         f"state, inputs and results {format_bytes(step.persistent_bytes)}"

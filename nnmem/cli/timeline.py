@@ -1,14 +1,24 @@
 """--timeline FILE, of nnmem train and nnmem plan: one step's memory per technique, written as a
 plot (FILE.png, with the data beside it as JSON, FILE.json) or as the memory viewer (FILE.html:
 one self-contained page; a click on an operation lists the tensors live there, see
-nnmem/memory/viewer.py). The extension decides (arguments.timeline_path checks it)."""
+nnmem/memory/viewer.py). The extension decides (arguments.timeline_path checks it).
 
+nnmem plan writes the techniques it planned; nnmem train measures, before it trains, one step
+run three ways on throwaway copies of its model (write_train_timeline).
+"""
+
+import functools
 import importlib.util
 import json
 import os
 
+from nnmem import device
 from nnmem.cli.arguments import UsageError, is_html
+from nnmem.cli.factories import make_model
+from nnmem.measure import measure_lanes, measure_step
+from nnmem.memory import format_bytes
 from nnmem.memory.timeline import plot_timelines
+from nnmem.memory.units import parse_bytes
 from nnmem.memory.viewer import write_viewer
 
 
@@ -50,3 +60,62 @@ def write_timeline(path, timelines, title, lower_bound, lanes=None, data=None, s
             f,
         )
     print(f"  timeline written to {path} (data: {data_path})")
+
+
+def measurement_pool(args):
+    """The pool of the throwaway devices --timeline measures on: --pool caps training, but the
+    step measured with no recycling needs more than a pool that fits training (the CNN at batch
+    64: 52.7 MiB against 19.8), so they get at least the default pool (2 GiB)."""
+    return None if args.pool is None else max(device.default_pool_bytes(), parse_bytes(args.pool))
+
+
+def write_train_timeline(args, x, y, num_classes):
+    """nnmem train's --timeline: measure one step three ways on throwaway copies of the model
+    (with offloading, its lanes too), and write a plot, or the memory viewer (which adds the
+    graph step compiled with cost-aware recomputation)."""
+    pool = measurement_pool(args)
+    timelines, summary = measure_step(
+        functools.partial(make_model, args, num_classes, x.shape[1]),
+        x,
+        y,
+        pool,
+        args.seed,
+        recompute="cost-aware" if is_html(args.timeline) else None,
+    )
+    width = max(len(t.label) for t in timelines.values())
+    for t in timelines.values():
+        position, name = t.peak_position()
+        print(
+            f"  {t.label:{width}} peak {format_bytes(t.peak):>10} at position {position} ({name})"
+        )
+    print(
+        f"  static plan: arena {format_bytes(summary['arena_bytes'])}, lower bound "
+        f"{format_bytes(summary['lower_bound_bytes'])}"
+    )
+    bound = summary["persistent_bytes"] + summary["lower_bound_bytes"]
+    lanes = {}
+    if args.offload not in ("none", "dyn") and not args.no_graph:
+        lanes, offloaded = measure_lanes(
+            functools.partial(make_model, args, num_classes, x.shape[1]),
+            x,
+            y,
+            args.offload,
+            pool,
+            args.seed,
+            args.link_gbps,
+        )
+        timelines["offload"] = offloaded
+        print(f"  {offloaded.label}: peak {format_bytes(offloaded.peak)}")
+        for label, step_lanes in lanes.items():
+            copying = sum(end - start for lane, _, start, end in step_lanes if lane == "copy")
+            length = max((end for *_, end in step_lanes), default=0.0)
+            print(f"  {label}: step {1e3 * length:.1f} ms, copies {1e3 * copying:.1f} ms")
+    write_timeline(
+        args.timeline,
+        list(timelines.values()),
+        f"{args.model}, batch {len(x)}: memory during one training step",
+        lower_bound=bound,
+        lanes=lanes,
+        data={"plan": summary},
+        selected=timelines["graph"].label,
+    )

@@ -21,14 +21,14 @@ The seam. A kind of device decides four things, and nothing else differs:
 
 import contextlib
 import itertools
-import threading
-import time
-from collections import defaultdict
 
 import numpy as np
 
 from nnmem.devices.half import touches_float16, widened
-from nnmem.interrupts import deferred_interrupts
+from nnmem.devices.profiler import Profiler, fastest_run
+from nnmem.devices.singa_methods import SingaMethods
+from nnmem.devices.step_guard import StepGuard
+from nnmem.devices.switches import Switches
 from nnmem.memory.arena import SharedArena
 from nnmem.memory.block import Block
 from nnmem.memory.cache import try_alloc
@@ -47,21 +47,14 @@ def _fresh_seed():
     return int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
-class Device:
-    """A device: a memory pool, random numbers, ``exec``, and the switches a learner flips.
-
-    dry_run   -- run no kernel and allocate nothing (Model.compile's shape-only pass).
-    recycle   -- free a block as soon as nothing refers to it (default). Off: keep every block
-                 of a training step until the step ends, failed or not (SuperNeurons'
-                 network-wide allocation, the baseline every memory technique is measured
-                 against); outside a step, blocks are freed at once.
-    recorder  -- while a Model records its step, exec calls are appended to it, not run.
-    memory_samples -- when a list, every kernel run appends (name, allocated bytes, live
-                 blocks): the raw data of a measured Timeline (nnmem.measure).
+class Device(Switches, SingaMethods):
+    """A device: a memory pool, random numbers, ``exec``, and the switches that change what
+    ``exec`` does (``recycle``, ``dry_run``, ``recorder``, ...: switches.py).
 
     Random numbers: ``rng`` (a NumPy generator on the host) initialises parameters; dropout
-    masks are counter-based draws (kernels/counter_rng.py) from ``seed`` and the draw counter
-    ``rng_state``, a 1-element tensor in the pool, so a GPU draws them without the host.
+    masks are counter-based draws (kernels/counter_rng.py) from ``seed`` and the dropout
+    counter ``dropout_counter`` (``make_dropout_counter()``), a 1-element tensor in the pool,
+    so a GPU draws them without the host.
     """
 
     lang = "cpp"
@@ -75,39 +68,31 @@ class Device:
         it plans for). Operations that size memory by the device read it (Conv2d's "auto")."""
         return self.kind
 
-    def __init__(self, pool_bytes, strategy, name, dev_id=-1):
-        self.pool = Pool(parse_bytes(pool_bytes), strategy=strategy, alignment=ALIGNMENT)
+    def __init__(self, pool_bytes, policy, name, dev_id=-1):
+        self.pool = Pool(parse_bytes(pool_bytes), policy=policy, alignment=ALIGNMENT)
         self.storage = self._make_storage(self.pool.capacity, ALIGNMENT)
         # where offloaded tensors wait for backward (memory/host.py): bytes reserved on first use
         self.host = HostMemory(self._host_pool_bytes(), self._make_host_storage, name)
-        self.offload_stats = {}  # the last offloading step's figures (graph/engine.py)
-        # bytes: the most a convolution's "auto" workspace may take (None: as free memory
-        # allows); offload="dyn" lowers it, downgrading the layers with the largest first
-        self.workspace_limit = None
-        self.cache = None  # eager offloading: the LRU tensor cache (memory/cache.py), or None
         self.graph_arena = SharedArena(self.pool)  # where compiled steps plan intermediates
+        self.offload_stats = {}  # the last offloading step's figures (graph/engine.py)
         self.name = name
         self.number = next(_numbers)
         self.dev_id = dev_id
         self.rng = np.random.default_rng()
         self.seed = _fresh_seed()
-        self.dry_run = False
+        self.dropout_counter = None  # counts dropout's draws: make_dropout_counter() makes it
+        # the switches that change what exec does (switches.py)
         self.recycle = True
-        self._deferred = []  # blocks whose frees wait for the end of the step (recycle off)
-        # One step at a time: a step (and every exec) holds this lock, so two threads that
-        # share the device take turns instead of interleaving in its pool, graph arena,
-        # recorder and dry-run switch. Reentrant: a step's own execs take it again.
-        self.lock = threading.RLock()
-        self._steps_running = 0
-        self.commits = 0  # commit phases begun (a step that began one cannot be rolled back)
+        self.dry_run = False
         self.recorder = None
         self._paused_recorder = None  # EnableGraph(False) during a recording
+        self.workspace_limit = None
+        self.cache = None
         self.memory_samples = None
-        self.verbosity, self.skip_iterations, self.iteration = 0, 0, 0
-        self.profile = defaultdict(lambda: [0.0, 0])  # name -> [seconds, calls]
-        # dropout's draw counter, a 1-element int64 tensor every random draw reads and writes,
-        # so that a recorded graph keeps the draws in order (nnmem.ops.dropout makes it)
-        self.rng_state = None
+        # one step at a time, the commit phase, and the frees recycling off defers
+        self.step_guard = StepGuard()
+        self.lock = self.step_guard.lock  # held by every step and exec (step_guard.py)
+        self.profiler = Profiler(self.Sync)  # SINGA's SetVerbosity and PrintTimeProfiling
 
     # -- the seam: what each kind of device provides ----------------------------------------
     def _make_storage(self, capacity, alignment):
@@ -163,18 +148,9 @@ class Device:
         raise NotImplementedError
 
     def time_kernel(self, fn, arrays, repeats=3):
-        """Seconds one ``fn(*arrays)`` takes, as this device will run it in a step: run once
-        (it may compile), then the fastest of `repeats` runs, each timed between two
-        synchronisations (the minimum: noise from a busy machine only ever adds time)."""
-        fn(*arrays)
-        best = float("inf")
-        for _ in range(repeats):
-            self.Sync()
-            start = time.perf_counter()
-            fn(*arrays)
-            self.Sync()
-            best = min(best, time.perf_counter() - start)
-        return best
+        """Seconds one ``fn(*arrays)`` takes, as this device will run it in a step: the fastest
+        of `repeats` runs after a first one that may compile (profiler.fastest_run)."""
+        return fastest_run(fn, arrays, self.Sync, repeats)
 
     def snapshot(self, tensors):
         """Host copies of `tensors` (a failed step's undo record), taken in queue order: on a
@@ -200,7 +176,7 @@ class Device:
         offset = try_alloc(self.pool, block)
         if offset is None:
             offset = self.cache.allocate(block)
-        if self._steps_running:
+        if self.step_guard.running:
             self.cache.born.add(id(block))  # made by this step: an activation, maybe
         return offset
 
@@ -245,52 +221,46 @@ class Device:
     def on_unreferenced(self, block):
         """The last reference to `block` is gone: free it now, or (recycling off, inside a
         step) when the step ends."""
-        if self.recycle or not self._steps_running:
+        if self.recycle or not self.step_guard.running:
             block.release()
         else:
-            self._deferred.append(block)
+            self.step_guard.defer(block)
 
     @contextlib.contextmanager
     def step(self):
         """One model step: holds the device's lock and, however the step ends, releases the
-        blocks deferred by recycling off; a step that returns counts as an iteration."""
-        with self.lock:
-            self._steps_running += 1
+        blocks deferred by recycling off; a step that returns counts as an iteration
+        (step_guard.py)."""
+        with self.step_guard.step():
             self.fit_arenas()  # the steps the garbage collector took since the last one
-            if self.cache is not None and self._steps_running == 1:
+            if self.cache is not None and self.step_guard.running == 1:
                 self.cache.new_iteration()
-            try:
-                yield
-            finally:
-                self._steps_running -= 1
-                if not self._steps_running:
-                    with deferred_interrupts():  # a Ctrl-C here would leak the rest
-                        self._release_deferred()
-            self.iteration += 1
+            yield
 
     def fit_arenas(self):
         """Shrink the graph arenas (the device's and the host pool's) to the plans of the
         compiled steps still using them, unless another step runs (an arena may move): at the
         start of a step, and when a step is dropped whose first run failed."""
-        if self._steps_running <= 1:
+        if self.step_guard.running <= 1:
             self.graph_arena.fit()
             self.host.graph_arena.fit()
 
-    @contextlib.contextmanager
     def commit_phase(self):
-        """The step's commit: its parameter updates. Once it has begun, the step counts as done
-        (a later failure no longer rolls its buffers back: see Model.__call__), and a Ctrl-C
-        waits for the phase's end. While a step is recorded nothing runs: nothing commits."""
-        with deferred_interrupts():  # first: a Ctrl-C now must not find half a commit
-            if self.recorder is None and not self.dry_run:
-                self.commits += 1
-            yield
+        """The step's commit (a context manager): its parameter updates. Once it has begun, the
+        step counts as done (a later failure no longer rolls its buffers back: see
+        Model.__call__), and a Ctrl-C waits for the phase's end. While a step is recorded
+        nothing runs: nothing commits."""
+        return self.step_guard.commit_phase(counts=self.recorder is None and not self.dry_run)
 
-    def _release_deferred(self):
-        deferred, self._deferred = self._deferred, []
-        for block in deferred:
-            if block.ref_count == 0:
-                block.release()
+    @property
+    def commits(self):
+        """Commit phases begun on this device: a step whose count moved cannot be undone."""
+        return self.step_guard.commits
+
+    @property
+    def iteration(self):
+        """Steps that returned on this device."""
+        return self.step_guard.iteration
 
     def memory_stats(self):
         """The pool's statistics (names as in torch.cuda.memory_stats), the host pool's as
@@ -301,6 +271,36 @@ class Device:
 
     def reset_peak_memory_stats(self):
         self.pool.reset_peak()
+
+    def set_offload_stats(self, stats):
+        """The figures of the last offloading step's transfers (``offload.*``: TransferEngine.
+        measure()), which memory_stats() reports until the next such step replaces them."""
+        self.offload_stats = stats
+
+    # -- random numbers -----------------------------------------------------------------
+    def make_dropout_counter(self, make_tensor):
+        """The dropout counter ``dropout_counter`` (ops/dropout.py): a 1-element int64 tensor
+        that every random draw reads and increments. Made on the first call, holding 0, by
+        ``make_tensor(shape, device, dtype, requires_grad=, name=)``: the Tensor class, which
+        is a layer above the device. SetRandSeed sets it back to 0."""
+        with self.lock:
+            if self.dropout_counter is None:
+                self.dropout_counter = make_tensor(
+                    (1,), self, np.int64, requires_grad=False, name="dropout_counter"
+                )
+                self.dropout_counter.set_value(0)
+            return self.dropout_counter
+
+    def SetRandSeed(self, seed):
+        """SINGA's: seed the generator that initialises parameters and the draws of dropout
+        masks.
+
+        The generator is reseeded in place (recorded code holds this object), and the dropout
+        counter goes back to 0, so the masks after a reseed are the same every time."""
+        self.rng.bit_generator.state = np.random.default_rng(seed).bit_generator.state
+        self.seed = int(seed) % 2**63  # Numba passes a Python int as int64
+        if self.dropout_counter is not None and self.dropout_counter.block.allocated:
+            self.dropout_counter.set_value(0)
 
     # -- execution ------------------------------------------------------------------------
     def exec(self, fn, reads, writes, name="", inplace=(), phase="forward", rebuild=None):
@@ -353,18 +353,10 @@ class Device:
         return widened(fn, n_writes)
 
     def run_kernel(self, name, fn, arrays):
-        """Call the kernel function, timing it when profiling is on (eager and replay alike).
-
-        The timer waits for the device before and after (``Sync``): on a GPU, fn only queues
-        kernels, and its return says nothing about when they ran."""
-        if self.verbosity and self.iteration >= self.skip_iterations:
-            self.Sync()
-            start = time.perf_counter()
-            fn(*arrays)
-            self.Sync()
-            entry = self.profile[name]
-            entry[0] += time.perf_counter() - start
-            entry[1] += 1
+        """Call the kernel function, timed by the profiler when it is on (eager and replay
+        alike), and a memory sample taken after it while ``sampling_memory()``."""
+        if self.profiler.is_timing(self.iteration):
+            self.profiler.run(name, fn, arrays)
         else:
             fn(*arrays)
         if self.memory_samples is not None:
@@ -372,70 +364,6 @@ class Device:
             self.memory_samples.append(
                 (name, stats["allocated_bytes.current"], stats["active_blocks"])
             )
-
-    # -- SINGA's device methods -------------------------------------------------------------
-    def graph_enabled(self):
-        """True while a model records its step on this device (SINGA: the device buffers
-        operations instead of running them)."""
-        return self.recorder is not None
-
-    def EnableGraph(self, enable):
-        """SINGA's switch: False while recording runs operations at once (SINGA's layers turn
-        buffering off to set up parameters); True resumes the recording it paused. Outside a
-        recording there is nothing to switch (nnmem records per step, in Model)."""
-        with self.lock:
-            if not enable and self.recorder is not None:
-                self._paused_recorder, self.recorder = self.recorder, None
-            elif enable and self._paused_recorder is not None:
-                self.recorder, self._paused_recorder = self._paused_recorder, None
-
-    def ResetGraph(self):
-        """SINGA clears the operations a device buffered; an nnmem device buffers none outside
-        a model's step (a compiled step belongs to its Model: model.graph() re-plans it)."""
-
-    def SetRandSeed(self, seed):
-        """Seed the generator that initialises parameters and the draws of dropout masks.
-
-        The generator is reseeded in place (recorded code holds this object), and dropout's
-        draw counter goes back to 0, so the masks after a reseed are the same every time."""
-        self.rng.bit_generator.state = np.random.default_rng(seed).bit_generator.state
-        self.seed = int(seed) % 2**63  # Numba passes a Python int as int64
-        if self.rng_state is not None and self.rng_state.block.allocated:
-            self.rng_state.set_value(0)
-
-    def SetVerbosity(self, verbosity):
-        """Per-operation timing: 0 off, 1 per operation type, 2 per operation (layer:op)."""
-        self.verbosity = int(verbosity)
-
-    def SetSkipIteration(self, iterations):
-        """Leave the first `iterations` steps (JIT compilation, recording) out of the profile."""
-        self.skip_iterations = int(iterations)
-
-    def PrintTimeProfiling(self):
-        """Print where the time of the profiled steps went, most expensive first."""
-        print(self.time_profile_table())
-
-    def time_profile_table(self):
-        rows = defaultdict(lambda: [0.0, 0])
-        for name, (seconds, calls) in self.profile.items():
-            key = name.split(":")[-1] if self.verbosity == 1 else name
-            rows[key][0] += seconds
-            rows[key][1] += calls
-        total = sum(seconds for seconds, _ in rows.values()) or 1.0
-        steps = max(self.iteration - self.skip_iterations, 1)
-        lines = [
-            f"time profile over {steps} step(s), per step:",
-            f"{'operation':40} {'ms/step':>9} {'calls/step':>10} {'share':>6}",
-        ]
-        for key, (seconds, calls) in sorted(rows.items(), key=lambda kv: -kv[1][0]):
-            lines.append(
-                f"{key[:40]:40} {1e3 * seconds / steps:9.3f} {calls / steps:10.1f} "
-                f"{seconds / total:6.1%}"
-            )
-        return "\n".join(lines)
-
-    def id(self):
-        return self.dev_id
 
     def __repr__(self):
         return f"<Device {self.name}:{self.number} pool={format_bytes(self.pool.capacity)}>"

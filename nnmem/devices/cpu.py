@@ -29,7 +29,7 @@ class CpuDevice(Device):
     kind = "cpu"
     kernels = cpu_kernels
 
-    def __init__(self, pool_bytes, strategy="best_fit", name="cpu", dev_id=-1, link_gbps=None):
+    def __init__(self, pool_bytes, policy="best_fit", name="cpu", dev_id=-1, link_gbps=None):
         if link_gbps is not None and not (
             isinstance(link_gbps, numbers.Real)
             and not isinstance(link_gbps, bool)
@@ -40,7 +40,7 @@ class CpuDevice(Device):
                 f"link_gbps={link_gbps!r}: give the copy link's speed in GB/s as a positive "
                 "number (e.g. 8 for PCIe 3 x16), or None for copies at memory speed"
             )
-        super().__init__(pool_bytes, strategy, name, dev_id)
+        super().__init__(pool_bytes, policy, name, dev_id)
         self.link_gbps = link_gbps
         self.compute_stream = InlineStream()
         self.copy_stream = WorkerStream(f"nnmem {name} copy stream")

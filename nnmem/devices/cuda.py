@@ -108,11 +108,11 @@ def bind_stream(module, stream):
 class CudaDevice(Device):
     kind = "cuda"
 
-    def __init__(self, pool_bytes=None, strategy="best_fit", dev_id=0):
+    def __init__(self, pool_bytes=None, policy="best_fit", dev_id=0):
         cuda.select_device(dev_id)
         if pool_bytes is None:
             pool_bytes = default_pool_bytes()
-        super().__init__(pool_bytes, strategy, f"cuda:{dev_id}", dev_id)
+        super().__init__(pool_bytes, policy, f"cuda:{dev_id}", dev_id)
         self.compute_stream = cuda.stream()
         self.copy_stream = cuda.stream()
         self.kernels = bind_stream(cuda_kernels, self.compute_stream)
@@ -181,7 +181,7 @@ class CudaDevice(Device):
         its transfers run on a second stream, measured with events; a step with work on the
         host between its kernels, such as DistOpt's collectives; or a capture that failed:
         the step then stays uncaptured)."""
-        if not self.use_cuda_graphs or self.verbosity or self.memory_samples is not None:
+        if not self.use_cuda_graphs or self.instrumented:
             return None
         if step.engine is not None:
             return None

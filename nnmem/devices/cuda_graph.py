@@ -14,7 +14,7 @@ What a graph freezes: every launch's arguments -- the arrays' addresses and the 
 (learning rate, momentum, dropout's seed). So a captured step is reused only while its *key*
 is unchanged: the caller passes those host values (see Model._host_values), and the executor
 drops the graph when the arena moves (new addresses). Everything else a step reads lives in
-device memory (dropout's draw counter, the optimizer's step count), so replays of one graph
+device memory (the dropout counter, the optimizer's step count), so replays of one graph
 stay exactly the replays of the step.
 """
 

@@ -2,30 +2,51 @@
 
 A step recorded on it is planned exactly as on a real device, on shapes alone (see
 nnmem.planning): every allocation and free happens, so its pool's statistics are what a real
-pool would show, but no kernel runs and a host write only allocates. Its ``kernels`` are the
-CPU's, for their shape functions (conv2d_output_shape, ...): operations read them when they
-build a step, and never call a kernel here. It plans a CPU's step unless told
+pool would show, but no kernel runs and a host write only allocates. Operations size what they
+allocate with kernels/sizes.py, and take their kernels from ``kernels`` by name only to hand
+them to ``exec``, which runs nothing here: so its ``kernels`` are stand-ins (STAND_INS), and
+it needs no module of kernels and compiles nothing. It plans a CPU's step unless told
 ``plans_for="cuda"``: the two size Conv2d's "auto" workspaces differently (ops/conv.py).
 """
 
-from nnmem.kernels import cpu as cpu_kernels
+import types
+
+from nnmem.kernels import contract
 from nnmem.memory.storage import NoStorage
 
 from .base import Device
 from .streams import Event, InlineStream
 
 
+def _stand_in(name):
+    """A function named like kernel `name` that refuses to run (a planning device has no bytes
+    to run it on)."""
+
+    def kernel(*arrays, **options):
+        raise RuntimeError(f"{name}: a planning device runs no kernel")
+
+    kernel.__name__ = kernel.__qualname__ = name
+    return kernel
+
+
+#: A planning device's ``kernels``: every kernel of the contract (kernels/contract.py) as a
+#: stand-in, and the contract's tables, which operations read as they build a step.
+STAND_INS = types.SimpleNamespace(
+    **contract.TABLES, **{name: _stand_in(name) for name in contract.KERNELS}
+)
+
+
 class PlanningDevice(Device):
     kind = "planning"
-    kernels = cpu_kernels
+    kernels = STAND_INS
     runs_kernels = False
 
-    def __init__(self, pool_bytes, strategy="best_fit", name="planning", plans_for="cpu"):
+    def __init__(self, pool_bytes, policy="best_fit", name="planning", plans_for="cpu"):
         if plans_for not in ("cpu", "cuda"):
             raise ValueError(
                 f"plans_for={plans_for!r}: a planning device plans for 'cpu' or 'cuda'"
             )
-        super().__init__(pool_bytes, strategy, name)
+        super().__init__(pool_bytes, policy, name)
         self.compute_stream = self.copy_stream = InlineStream()
         self._plans_for = plans_for
 

@@ -1,7 +1,7 @@
 """Runtime concurrency control on a compiled step (the CPU device): how many threads each
 operation runs with, and which operations run at the same time.
 
-``model.compile(..., use_graph=True, concurrency=MODE)``:
+``model.compile(..., use_graph=True, concurrency=POLICY)``:
 
 =========  =============================================================================
 "off"      every operation with all the cores, one after another (the default)
@@ -17,7 +17,7 @@ operation runs with, and which operations run at the same time.
 
 The first replays after recording are profiling steps (hill_climbing.py): they run serially,
 each operation with the count its climb tries next, and time every call. When every climb
-has ended, the chosen counts are fixed and the mode's strategies apply. The profile, its cost
+has ended, the chosen counts are fixed and the policy's strategies apply. The profile, its cost
 and the choices are in ``step.concurrency_profile()``.
 
 Every operation's kernels take their thread count from ``numba.set_num_threads`` on the thread
@@ -35,28 +35,28 @@ from nnmem.graph.corun import CoRunner, hazards, smt_threads_per_core
 from nnmem.graph.hill_climbing import HillClimbing
 from nnmem.graph.schedule import dependencies
 
-__all__ = ["MODES", "Concurrency", "check_mode"]
+__all__ = ["POLICIES", "Concurrency", "check_policy"]
 
-MODES = {"off": (), "1": (1,), "1-2": (1, 2), "1-3": (1, 2, 3), "1-4": (1, 2, 3, 4)}
-MODES["auto"] = MODES["1-4"]
+POLICIES = {"off": (), "1": (1,), "1-2": (1, 2), "1-3": (1, 2, 3), "1-4": (1, 2, 3, 4)}
+POLICIES["auto"] = POLICIES["1-4"]
 
 
-def check_mode(mode, device=None):
-    """The strategies of a concurrency mode; a one-line ValueError for anything else, and for
+def check_policy(policy, device=None):
+    """The strategies of a concurrency policy; a one-line ValueError for anything else, and for
     co-running on a device whose threads cannot launch kernels from two threads at once."""
-    if not isinstance(mode, str) or mode not in MODES:
+    if not isinstance(policy, str) or policy not in POLICIES:
         raise ValueError(
-            f"concurrency={mode!r}: choose one of {sorted(MODES)} ('auto' is '1-4'; "
+            f"concurrency={policy!r}: choose one of {sorted(POLICIES)} ('auto' is '1-4'; "
             "'off' runs every operation with all the cores, serially)"
         )
-    if 3 in MODES[mode] and device is not None and not device.can_corun():
+    if 3 in POLICIES[policy] and device is not None and not device.can_corun():
         layer = device.threading_layer()
         raise ValueError(
-            f"concurrency={mode!r} co-runs operations, which Numba's {layer!r} threading "
+            f"concurrency={policy!r} co-runs operations, which Numba's {layer!r} threading "
             "layer cannot (it refuses launches from two threads at once): pip install "
             "tbb, or use concurrency='1-2'"
         )
-    return MODES[mode]
+    return POLICIES[policy]
 
 
 def op_type(node):
@@ -74,8 +74,8 @@ def op_key(node):
 class Concurrency:
     """The concurrency control of one compiled step (see the module's docstring)."""
 
-    def __init__(self, mode, device, cores=None, interval=None, repeats=2, patience=2):
-        self.mode, self.strategies = mode, check_mode(mode, device)
+    def __init__(self, policy, device, cores=None, interval=None, repeats=2, patience=2):
+        self.policy, self.strategies = policy, check_policy(policy, device)
         self.cores = cores or numba.config.NUMBA_NUM_THREADS
         self.smt, self.smt_source = smt_threads_per_core()
         self.interval = interval or max(1, self.cores // 8)
@@ -121,7 +121,7 @@ class Concurrency:
         return {t: best for t, (_, best) in heaviest.items()}
 
     def counts(self):
-        """The thread count of every call, by the mode's strategies."""
+        """The thread count of every call, by the policy's strategies."""
         if 2 in self.strategies:
             by_type = self.type_counts()
             return [by_type[t] for t in self.types]
@@ -145,7 +145,7 @@ class Concurrency:
         self._step_start = time.perf_counter()
 
     def run(self, calls, start):
-        """Run calls[...] (positions start, start+1, ... of the step) with the mode's counts."""
+        """Run calls[...] (positions start, start+1, ... of the step) with the policy's counts."""
         caller = numba.get_num_threads()
         try:
             if self.profiling:
@@ -221,7 +221,7 @@ class Concurrency:
                 "done": climb.done,
             }
         return {
-            "mode": self.mode,
+            "policy": self.policy,
             "strategies": list(self.strategies),
             "cores": self.cores,
             "smt_threads_per_core": self.smt,

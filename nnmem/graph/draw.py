@@ -102,10 +102,10 @@ def positions(nodes, predecessors):
 
 def liveness(step):
     """{node index: (bytes of intermediates live while it runs, [descriptions of the tensors
-    whose last use it is])}, from the plan's storages and their live ranges."""
+    whose last use it is])}, from the plan's slots and their live ranges."""
     freed = {}
-    for storage in step.storages:
-        for block, (_, last) in zip(storage.blocks, storage.ranges):
+    for slot in step.slots:
+        for block, (_, last) in zip(slot.blocks, slot.ranges):
             freed.setdefault(last, []).append(block.desc)
     in_use = step.timeline.bytes
     return {

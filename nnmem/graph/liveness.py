@@ -18,7 +18,7 @@ recycling by reference counts, SINGA). Two blocks whose live ranges do not overl
 memory, whatever their shapes (MXNet).
 
 In-place (MXNet): when a node may write its output over an input (an elementwise kernel) and
-the node is that input's last reader, the output is merged into the input's storage
+the node is that input's last reader, the output is merged into the input's slot
 (may_write_in_place). Only then: reusing an input that a later node still reads is the in-place
 "trap".
 """
@@ -54,14 +54,14 @@ def may_write_in_place(position, out_range, in_range, out_bytes, in_bytes):
 
     `out_range` and `in_range` are the (first, last) positions at which the output and the
     input are live (inclusive); `out_bytes` is the output's size, `in_bytes` the size of the
-    storage that holds the input. True exactly when all four hold:
+    slot that holds the input. True exactly when all four hold:
 
     - in_range[1] == position:  this node is the input's last reader. If a later node still
       reads the input, writing over it hands that node the output's values: the in-place trap;
     - in_range[0] < position:   the input has its bytes already, from an earlier node (there
       is nothing to take over from a block that is first used here);
     - out_range[0] == position: the output's life starts here, so it needs no bytes before;
-    - out_bytes <= in_bytes:    the output fits in the input's storage (equal sizes fit).
+    - out_bytes <= in_bytes:    the output fits in the input's slot (equal sizes fit).
 
     Whether the kernel itself can run in place (an elementwise one can) is the operator's
     call: it lists the (output, input) pairs it allows (Operator.run's `inplace`). This rule
@@ -75,7 +75,7 @@ def may_write_in_place(position, out_range, in_range, out_bytes, in_bytes):
     )
 
 
-class Storage:
+class Slot:
     """Memory for one or more blocks that never need it at the same time (in-place chains).
     `ranges` holds each block's own live range; first..last covers them all."""
 
@@ -86,13 +86,12 @@ class Storage:
         self.nbytes, self.first, self.last = nbytes, first, last
 
     def __repr__(self):
-        return (
-            f"<Storage {self.nbytes} B, steps {self.first}..{self.last}, {len(self.blocks)} blocks>"
-        )
+        span = f"positions {self.first}..{self.last}"
+        return f"<Slot {self.nbytes} B, {span}, {len(self.blocks)} blocks>"
 
 
-def storages(nodes, order, kinds, round_up, inplace=True, recycle=True):
-    """The intermediate blocks' storages with their live ranges, in replay positions.
+def slots(nodes, order, kinds, round_up, inplace=True, recycle=True):
+    """The intermediate blocks' slots with their live ranges, in replay positions.
 
     recycle=False keeps every block from its first use to the end of the step (nothing is
     ever reused: the baseline, as a device with recycling off runs it eagerly: a block takes
@@ -106,7 +105,7 @@ def storages(nodes, order, kinds, round_up, inplace=True, recycle=True):
                 first.setdefault(key, position)
                 last[key] = position
     blocks = {id(b): b for n in nodes for b in n.blocks()}
-    storage_of = {}
+    slot_of = {}
     result = []
     for position, i in enumerate(order):
         node = nodes[i]
@@ -117,35 +116,35 @@ def storages(nodes, order, kinds, round_up, inplace=True, recycle=True):
                 if (
                     kinds.get(ko) == INTERMEDIATE
                     and kinds.get(ki) == INTERMEDIATE
-                    and ko not in storage_of
+                    and ko not in slot_of
                     and ko not in merged
-                    and ki in storage_of
+                    and ki in slot_of
                     and ki not in merged.values()
                     and may_write_in_place(
                         position,
                         (first[ko], last[ko]),
                         (first[ki], last[ki]),
                         round_up(out.nbytes),
-                        storage_of[ki].nbytes,
+                        slot_of[ki].nbytes,
                     )
                 ):
                     merged[ko] = ki
         for block in node.blocks():
             key = id(block)
-            if kinds[key] != INTERMEDIATE or key in storage_of:
+            if kinds[key] != INTERMEDIATE or key in slot_of:
                 continue
             if key in merged:
-                storage = storage_of[merged[key]]
-                storage.blocks.append(block)
-                storage.ranges.append((first[key], last[key]))
-                storage.last = max(storage.last, last[key])
+                slot = slot_of[merged[key]]
+                slot.blocks.append(block)
+                slot.ranges.append((first[key], last[key]))
+                slot.last = max(slot.last, last[key])
             else:
-                storage = Storage(block, round_up(block.nbytes), first[key], last[key])
-                result.append(storage)
-            storage_of[key] = storage
-    if not recycle:  # no in-place merges: one block per storage
-        for storage in result:
-            storage.last = len(order) - 1
-            storage.ranges = [(storage.first, storage.last)]
-    assert len(storage_of) == sum(1 for k in blocks if kinds[k] == INTERMEDIATE)
+                slot = Slot(block, round_up(block.nbytes), first[key], last[key])
+                result.append(slot)
+            slot_of[key] = slot
+    if not recycle:  # no in-place merges: one block per slot
+        for slot in result:
+            slot.last = len(order) - 1
+            slot.ranges = [(slot.first, slot.last)]
+    assert len(slot_of) == sum(1 for k in blocks if kinds[k] == INTERMEDIATE)
     return result

@@ -14,7 +14,7 @@ Which tensors (vDNN's static policies):
           a layer keeps for backward: a pooling's argmax, a BatchNorm's statistics);
 - "conv": only those that a CONV layer reads as its input X (vDNN: convolutions are slow
           enough to hide their input's transfer).
-("dyn", vDNN's dynamic policy, tries these in turn: see CompiledStep.compile.)
+("dyn", vDNN's dynamic policy, tries these in turn: see nnmem/graph/plan.py:choose_offload.)
 
 When to prefetch (vDNN's findPrefetchLayer): at the start of each backward layer, prefetch
 the offloaded tensor needed soonest after this layer, searching no further than the next CONV

@@ -26,19 +26,19 @@ copy of its producer, and the backward nodes read the shadow instead of the orig
 copies compute exactly what the originals did, so recomputation changes no number.
 """
 
-from nnmem.graph.liveness import INTERMEDIATE, storages
+from nnmem.graph.liveness import INTERMEDIATE, slots
 from nnmem.graph.recorder import Node
 from nnmem.graph.rewrite import renumbered, shadow, through
 from nnmem.search import largest_fitting
 
-STRATEGIES = ("none", "speed", "memory", "cost-aware")
+POLICIES = ("none", "speed", "memory", "cost-aware")
 
 
-def add_recomputation(nodes, kinds, strategy, round_up):
-    """(new nodes, number of recomputed operations) for `strategy` (see STRATEGIES)."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"recompute={strategy!r}: choose one of {STRATEGIES}")
-    if strategy == "none":
+def add_recomputation(nodes, kinds, policy, round_up):
+    """(new nodes, number of recomputed operations) for `policy` (see POLICIES)."""
+    if policy not in POLICIES:
+        raise ValueError(f"recompute={policy!r}: choose one of {POLICIES}")
+    if policy == "none":
         return nodes, 0
     forward = [n for n in nodes if n.phase == "forward"]
     producer, readers = {}, {}
@@ -53,9 +53,9 @@ def add_recomputation(nodes, kinds, strategy, round_up):
     def rebuildable(block):
         return id(block) in rebuildable_ids
 
-    if strategy == "speed":
+    if policy == "speed":
         keep = set(rebuildable_ids)
-    elif strategy == "memory":
+    elif policy == "memory":
         keep = set()
     else:
         keep = _affordable(nodes, kinds, producer, rebuildable, round_up)
@@ -153,16 +153,16 @@ def _affordable(nodes, kinds, producer, rebuildable, round_up):
 
 
 def _live_bytes(nodes, kinds, round_up):
-    """Bytes of intermediate storages live at each position of the serial order."""
+    """Bytes of intermediate slots live at each position of the serial order."""
     kinds = dict(kinds)
     for node in nodes:
         for block in node.blocks():
             kinds.setdefault(id(block), INTERMEDIATE)
     order = list(range(len(nodes)))
     delta = [0] * (len(nodes) + 1)
-    for storage in storages(nodes, order, kinds, round_up, inplace=True):
-        delta[storage.first] += storage.nbytes
-        delta[storage.last + 1] -= storage.nbytes
+    for slot in slots(nodes, order, kinds, round_up, inplace=True):
+        delta[slot.first] += slot.nbytes
+        delta[slot.last + 1] -= slot.nbytes
     live, running = [], 0
     for position in order:
         running += delta[position]

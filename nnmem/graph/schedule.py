@@ -59,7 +59,10 @@ def bfs_order(nodes, predecessors=None):
 
 def route_order(nodes, predecessors=None):
     """SuperNeurons' Algorithm 1: depth first, a node runs once its counter says all its
-    inputs are done (Kahn's algorithm with a LIFO stack)."""
+    inputs are done (Kahn's algorithm with a LIFO stack).
+
+    For the course only (tutorial 03 and its tests compare it with the BFS order): replay
+    orders come from ``replay_order``, which never uses it."""
     return _kahn(nodes, predecessors, depth_first=True)
 
 

@@ -8,7 +8,7 @@ Memory contract
   pool at once, so the next request of a similar size can reuse them (memory sharing through
   the pool); with recycling switched off they go back only when the training step ends.
 - A recorded graph does not hold references: it *lays out* the block instead, giving it a
-  fixed offset inside the graph's arena (``arena`` is then the arena's offset). Such a block
+  fixed offset inside the graph's arena (``arena_offset`` is then the arena's offset). Such a block
   is never freed on its own: the arena goes back to the pool as a whole.
 - Reading a block that was never written is a bug in the caller (the bytes would be garbage):
   it raises instead of returning garbage.
@@ -31,8 +31,17 @@ class RecordingReadError(RuntimeError):
 
 
 class Block:
-    __slots__ = ("device", "nbytes", "offset", "ref_count", "desc", "arena", "host", "__weakref__")
-    # arena: None, or the offset of the graph arena block this block's bytes lie inside
+    __slots__ = (
+        "device",
+        "nbytes",
+        "offset",
+        "ref_count",
+        "desc",
+        "arena_offset",
+        "host",
+        "__weakref__",
+    )
+    # arena_offset: None, or the offset of the graph arena block this block's bytes lie inside
     # host: None, or the host Block holding this block's bytes while it is evicted
 
     def __init__(self, device, nbytes, desc=""):
@@ -41,7 +50,7 @@ class Block:
         self.offset = None  # no bytes yet: allocated on first write
         self.ref_count = 0
         self.desc = desc  # who made it, for the out-of-memory report and the timeline
-        self.arena = None
+        self.arena_offset = None
         self.host = None
 
     @property
@@ -80,7 +89,9 @@ class Block:
             self.check_written()  # the clear error (unwritten, or being recorded)
             self.ensure_allocated()  # written: evicted, so fetch it back
         dtype = np.dtype(dtype)
-        raw = self.device.view(self.offset, math.prod(shape) * dtype.itemsize, within=self.arena)
+        raw = self.device.view(
+            self.offset, math.prod(shape) * dtype.itemsize, within=self.arena_offset
+        )
         return raw.view(dtype).reshape(shape)
 
     def inc_ref(self):
@@ -96,7 +107,7 @@ class Block:
         cache = getattr(self.device, "cache", None)
         if cache is not None:
             cache.forget(self)
-        if self.offset is not None and self.arena is None:
+        if self.offset is not None and self.arena_offset is None:
             self.device.pool.free(self.offset)
             self.offset = None
 

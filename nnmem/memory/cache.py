@@ -57,7 +57,7 @@ class TensorCache:
             return
         for block in blocks:
             # made in this step (or not yet: an output saved before its kernel runs)
-            if (id(block) in self.born or not block.allocated) and block.arena is None:
+            if (id(block) in self.born or not block.allocated) and block.arena_offset is None:
                 self.resident[id(block)] = block
                 self.resident.move_to_end(id(block))
 
@@ -123,15 +123,11 @@ class TensorCache:
         the cache (every Model.compile replaces it): only a cache fetches what it evicted.
         The bytes come from the pool alone, evicting nothing; OutOfMemory if they do not fit
         (what came back stays, the rest stays evicted: the cache is still the device's)."""
-        dev = self.device
         for key in list(self.pending):
             self._settle(key, keep_on_device=True)
-        dev.cache = None  # allocate from the pool itself, not through this cache
-        try:
+        with self.device.bypassing_cache():  # allocate from the pool itself, not through this
             for block in list(self.evicted.values()):
                 self.fetch(block)
-        finally:
-            dev.cache = self
 
     def _fetch(self, block):
         dev = self.device

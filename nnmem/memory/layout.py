@@ -1,27 +1,27 @@
-"""The arena layout (the static allocation plan): an offset for every storage of a recorded
+"""The arena layout (the static allocation plan): an offset for every slot of a recorded
 step, fixed once.
 
-Input: each storage's size and live range [first, last] (positions in the replay order).
-Output: a Layout: offsets such that two storages whose live ranges overlap never overlap in
+Input: each slot's size and live range [first, last] (positions in the replay order).
+Output: a Layout: offsets such that two slots whose live ranges overlap never overlap in
 memory, and the arena size (the largest offset + size). A layout is a pure function of sizes
 and ranges, so it is tested without any device.
 
 The lower bound LB = max over positions of the bytes live at that position: no layout can use
 less (and finding the best layout is NP-hard in general: it is dynamic storage allocation).
-The placement is greedy (as in TensorFlow Lite's arena planner): take the storages in some
-order, and put each at the smallest gap between already placed storages whose live ranges
+The placement is greedy (as in TensorFlow Lite's arena planner): take the slots in some
+order, and put each at the smallest gap between already placed slots whose live ranges
 overlap its own (best fit), or above them all. Several orders are tried and the smallest arena
 kept: largest first ("greedy by size"), longest-lived first, by start position then size
-("greedy by breadth"), largest bytes x steps first (the storages that block the most of
+("greedy by breadth"), largest bytes x positions first (the slots that block the most of
 the memory-time plane placed while it is still empty), and, for graphs small enough to
 afford it, a few seeded shuffles of the largest-first order within power-of-two size classes
 (sizes of one class can be swapped almost freely, and which of them goes first decides which
 gaps are left).
 
-Greedy placement compares every storage with every placed one: quadratic. Past
-GREEDY_LIMIT storages (deep networks: a 10,000-layer ResNet has tens of thousands) the layout
-is made by simulation instead, as MXNet does: walk the steps once, free each storage after its
-last step and allocate each new one with the pool's own best-fit allocator (a pool has no
+Greedy placement compares every slot with every placed one: quadratic. Past
+GREEDY_LIMIT slots (deep networks: a 10,000-layer ResNet has tens of thousands) the layout
+is made by simulation instead, as MXNet does: walk the positions once, free each slot after its
+last position and allocate each new one with the pool's own best-fit allocator (a pool has no
 bytes of its own); the arena is the simulation's high-water mark. O(n log n).
 """
 
@@ -31,27 +31,27 @@ from typing import NamedTuple
 
 from nnmem.memory.pool import Pool
 
-#: Placement work allowed for the shuffled restarts, in (storage x storage) comparisons.
+#: Placement work allowed for the shuffled restarts, in (slot x slot) comparisons.
 RESTART_BUDGET = 2_000_000
 MAX_RESTARTS = 64
-#: Above this many storages, lay out by simulating the allocator instead of greedy placement.
+#: Above this many slots, lay out by simulating the allocator instead of greedy placement.
 GREEDY_LIMIT = 1500
 
 
 class Layout(NamedTuple):
-    offsets: list  # per storage, bytes from the start of the arena
+    offsets: list  # per slot, bytes from the start of the arena
     arena_bytes: int  # bytes the layout needs
     lower_bound: int  # max over positions of live bytes
 
 
 def lower_bound(sizes, ranges):
-    """The peak of live bytes over the schedule: no layout of these storages uses less.
+    """The peak of live bytes over the schedule: no layout of these slots uses less.
 
     LB = max over positions p of  sum of sizes[i] for every i with first_i <= p <= last_i
 
     where ranges[i] = (first_i, last_i) are the first and last positions (inclusive) at which
-    storage i is live. Two storages overlap in time when one's range contains a position of
-    the other's; one that ends at p and one that starts at p + 1 never do. No storages: 0.
+    slot i is live. Two slots overlap in time when one's range contains a position of
+    the other's; one that ends at p and one that starts at p + 1 never do. No slots: 0.
     Sorting 2n events (+size at first_i, -size at last_i + 1) and sweeping them costs
     O(n log n), whatever the positions' span.
     """
@@ -69,7 +69,7 @@ def lower_bound(sizes, ranges):
 
 def layout(sizes, ranges, seed=0, alignment=256):
     """The smallest of the greedy layouts over several placement orders (or, past
-    GREEDY_LIMIT storages, the simulated allocator's); returns a Layout.
+    GREEDY_LIMIT slots, the simulated allocator's); returns a Layout.
     Deterministic: the same sizes and ranges always give the same offsets."""
     bound = lower_bound(sizes, ranges)
     if len(sizes) > GREEDY_LIMIT:
@@ -100,24 +100,25 @@ def layout(sizes, ranges, seed=0, alignment=256):
 
 
 def simulate(sizes, ranges, alignment=256):
-    """(offsets, arena bytes) from a best-fit allocator run over the steps: at each step free
-    the storages whose last step has passed, then allocate those that start (largest first)."""
+    """(offsets, arena bytes) from a best-fit allocator run over the positions: at each
+    position free the slots whose last position has passed, then allocate those that start
+    (largest first)."""
     pool = Pool(max(sum(sizes), alignment), alignment=alignment)  # offsets only, no bytes
     starts, ends = {}, {}
     for i, (first, last) in enumerate(ranges):
         starts.setdefault(first, []).append(i)
         ends.setdefault(last + 1, []).append(i)
     offsets = [0] * len(sizes)
-    for step in sorted(set(starts) | set(ends)):
-        for i in ends.get(step, ()):
+    for position in sorted(set(starts) | set(ends)):
+        for i in ends.get(position, ()):
             pool.free(offsets[i])
-        for i in sorted(starts.get(step, ()), key=lambda i: -sizes[i]):
+        for i in sorted(starts.get(position, ()), key=lambda i: -sizes[i]):
             offsets[i] = pool.alloc(sizes[i])
     return offsets, pool.stats()["high_water_bytes"]
 
 
 def _place(sizes, ranges, order):
-    """Best-fit placement of the storages in `order`: (offsets, arena bytes)."""
+    """Best-fit placement of the slots in `order`: (offsets, arena bytes)."""
     placed = []  # (offset, size, first, last)
     offsets = [0] * len(sizes)
     for i in order:
@@ -139,11 +140,11 @@ def _place(sizes, ranges, order):
 
 
 def check_layout(sizes, ranges, offsets):
-    """Raise if two storages that are live at the same time overlap in memory."""
+    """Raise if two slots that are live at the same time overlap in memory."""
     items = sorted(range(len(sizes)), key=lambda i: offsets[i])
     for a_pos, a in enumerate(items):
         for b in items[a_pos + 1 :]:
             if offsets[b] >= offsets[a] + sizes[a]:
                 break
             if ranges[a][0] <= ranges[b][1] and ranges[b][0] <= ranges[a][1]:
-                raise AssertionError(f"storages {a} and {b} are live together and overlap")
+                raise AssertionError(f"slots {a} and {b} are live together and overlap")

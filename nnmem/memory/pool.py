@@ -32,10 +32,10 @@ import weakref
 from .errors import OutOfMemory
 from .units import aligned_size
 
-__all__ = ["ALIGNMENT", "STRATEGIES", "Pool", "first_fit"]
+__all__ = ["ALIGNMENT", "FIT_POLICIES", "Pool", "first_fit"]
 
 ALIGNMENT = 256  # bytes; like cudaMalloc's guarantee. Every block offset and size is a multiple.
-STRATEGIES = ("best_fit", "first_fit")
+FIT_POLICIES = ("best_fit", "first_fit")  # which free segment a request is carved from
 
 
 def first_fit(free_offsets, free_size, size):
@@ -70,7 +70,7 @@ def _locked(method):
 class Pool:
     """A preallocated byte buffer with a heap allocator: split on alloc, coalesce on free.
 
-    ``strategy`` picks the free segment a request is carved from:
+    ``policy`` (a fit policy) picks the free segment a request is carved from:
 
     * ``"best_fit"``: the smallest free segment that fits (ties: lowest offset).
       It leaves big segments whole for big requests.
@@ -83,7 +83,7 @@ class Pool:
     def __init__(
         self,
         capacity: int,
-        strategy: str = "best_fit",
+        policy: str = "best_fit",
         alignment: int = ALIGNMENT,
     ) -> None:
         alignment = operator.index(alignment)
@@ -100,15 +100,14 @@ class Pool:
                 f"pass a capacity of at least {alignment} bytes "
                 f"(in practice many MiB, e.g. pool_bytes=256 * 2**20)."
             )
-        if strategy not in STRATEGIES:
+        if policy not in FIT_POLICIES:
             raise ValueError(
-                f"Unknown pool strategy {strategy!r}; "
-                f"use one of {', '.join(map(repr, STRATEGIES))}."
+                f"Unknown pool policy {policy!r}; use one of {', '.join(map(repr, FIT_POLICIES))}."
             )
         self._lock = threading.RLock()
         self.alignment = alignment
         self.capacity = capacity - capacity % alignment
-        self.strategy = strategy
+        self.policy = policy
 
         # The id-to-block table: offset -> (size, requested bytes, owner, owner_is_weakref).
         self._live: dict[int, tuple[int, int, object, bool]] = {}
@@ -145,7 +144,7 @@ class Pool:
 
     def _find_free(self, size: int) -> int | None:
         """Offset of the free segment to carve `size` bytes from, or None if none fits."""
-        if self.strategy == "best_fit":
+        if self.policy == "best_fit":
             # (size, -1) sorts before every (size, offset): the first entry at or after
             # it is the smallest segment >= size, lowest offset among equal sizes.
             i = bisect.bisect_left(self._free_by_size, (size, -1))
@@ -368,7 +367,7 @@ class Pool:
     def __repr__(self) -> str:
         s = self.stats()
         return (
-            f"Pool(capacity={self.capacity}, strategy={self.strategy!r}, "
+            f"Pool(capacity={self.capacity}, policy={self.policy!r}, "
             f"allocated={s['allocated_bytes.current']}, active_blocks={s['active_blocks']}, "
             f"free_segments={s['free_segments']})"
         )

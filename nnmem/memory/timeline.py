@@ -1,13 +1,13 @@
-"""Memory timelines: bytes in use and live tensors at every step of an iteration, for each
+"""Memory timelines: bytes in use and live tensors at every position of an iteration, for each
 technique, as data and as a plot (SuperNeurons' Figure 10 shape).
 
 An eager timeline is measured: the device samples the pool after every kernel call. A graph
-timeline is computed from its static plan: persistent bytes plus the storages live at that
+timeline is computed from its static plan: persistent bytes plus the slots live at that
 position of the replay order; its `tensors` can then say which tensors those are
 (CompiledStep.live_tensors(): what the memory viewer, viewer.py, shows on a click).
 
 The peak of a timeline is the pool's: the highest sample of a measured one. A planned step
-holds its whole arena all step long, gaps between storages included, so its peak is
+holds its whole arena all step long, gaps between slots included, so its peak is
 persistent + arena bytes (`pool_peak`), which can be more than the curve's top (persistent
 + the lower bound): the figure a table of plans prints as "peak".
 """
@@ -35,7 +35,7 @@ class Timeline:
         top = max(self.bytes, default=0)
         return top if self.pool_peak is None else max(top, self.pool_peak)
 
-    def peak_step(self):
+    def peak_position(self):
         """(position, operation name) where the curve is highest (for a planned step: where
         the live bytes reach the lower bound)."""
         position = max(range(len(self.bytes)), key=self.bytes.__getitem__)
@@ -79,7 +79,7 @@ def plot_timelines(
     lanes=None,
     log_scale=False,
 ):
-    """A figure of bytes in use per step (top) and live tensors per step (bottom); with
+    """A figure of bytes in use per position (top) and live tensors per position (bottom); with
     `lanes` ({label: TransferEngine.lanes()}), a panel of compute and copy lanes for each.
     Written to `path` as PNG when given; returned either way. log_scale: the bytes on a log
     axis, so that a baseline many times the others does not squash their curves."""
@@ -108,7 +108,7 @@ def plot_timelines(
     top.set_title(title)
     top.legend(fontsize="small")
     bottom.set_ylabel("live tensors")
-    bottom.set_xlabel("step of the iteration (kernel calls, forward then backward)")
+    bottom.set_xlabel("position in the iteration (kernel calls, forward then backward)")
     bottom.legend(fontsize="small")
     fig.tight_layout()
     if path is not None:

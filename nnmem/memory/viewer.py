@@ -11,7 +11,7 @@ What the page shows (viewer.html, beside this file, draws it with a small script
 - for a planned technique (a Timeline whose ``tensors`` CompiledStep.live_tensors() filled),
   a click on any operation lists the tensors live there (name, shape, bytes, the operation
   that made it, the last one that uses it, offloaded / prefetched / recomputed / in place),
-  the bytes outside the arena, and the arena's layout: where each live storage sits, at that
+  the bytes outside the arena, and the arena's layout: where each live slot sits, at that
   operation and over the whole step. It opens at the technique's peak.
 
 The data is inlined as JSON in a <script type="application/json"> element, so the file is

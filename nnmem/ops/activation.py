@@ -5,6 +5,8 @@ overwrite dy."""
 
 from nnmem.operation import SAME, Operator
 
+__all__ = ["ReLU", "Sigmoid", "relu", "sigmoid"]
+
 
 class _Activation(Operator):
     kernel_forward = kernel_backward = None  # names of kernels, taken from the device

@@ -1,5 +1,5 @@
 """Elementwise arithmetic of equal shapes and reshaping: y = a + b, a - b, a * b, alpha * x,
-views. (Broadcast shapes and Python numbers: nnmem/ops/broadcast.py and tensor_api.py.)
+views. (Broadcast shapes and Python numbers: nnmem/ops/broadcast.py and tensor_functions.py.)
 
 Kernel functions receive NumPy arrays from the device, outputs first: ``fn(*writes, *reads)``.
 Elementwise kernels take flat arrays, hence the ``.reshape(-1)`` (a view, no copy).
@@ -7,6 +7,8 @@ Elementwise kernels take flat arrays, hence the ``.reshape(-1)`` (a view, no cop
 
 from nnmem.operation import Operator
 from nnmem.tensor import Tensor
+
+__all__ = ["Add", "Mul", "Reshape", "Scale", "Sub", "reshape"]
 
 
 def _check_same_shape(op, a, b):

@@ -9,6 +9,8 @@ import numpy as np
 
 from nnmem.operation import Operator, is_training
 
+__all__ = ["BatchNorm2d", "batchnorm_2d"]
+
 
 class BatchNorm2d(Operator):
     """Differentiable in (x, scale, bias); running_mean / running_var are updated, not learned."""

@@ -20,6 +20,8 @@ from nnmem.ops.arith import Add, Mul, Sub
 from nnmem.ops.reduce import summed
 from nnmem.ops.strides import broadcast_shape, broadcast_strides, check_rank, pad
 
+__all__ = ["Broadcast", "div"]
+
 DIFFERENTIABLE = ("add", "sub", "mul", "div", "pow", "max", "min")
 OPERATIONS = DIFFERENTIABLE + ("gt", "ge", "lt", "le", "eq", "and", "or", "xor")
 

@@ -26,6 +26,25 @@ from nnmem.ops.reduce import reduce_mean, reduce_sum
 from nnmem.ops.transform import transpose
 from nnmem.tensor import Tensor
 
+__all__ = [
+    "add_all",
+    "binary_cross_entropy",
+    "cossim",
+    "cross_entropy",
+    "gemm",
+    "globalaveragepool",
+    "identity",
+    "max",
+    "mean",
+    "min",
+    "negative",
+    "pow",
+    "prelu",
+    "ranking_loss",
+    "sum",
+    "where",
+]
+
 
 def _batch(op, x, t):
     if x.shape != t.shape:

@@ -26,7 +26,10 @@ Xception's separable convolutions) runs the direct kernels, which take the group
 im2col of one group's channels would be a GEMM too thin to pay for its workspace.
 """
 
+from nnmem.kernels import sizes
 from nnmem.operation import Operator
+
+__all__ = ["Conv2d", "conv2d"]
 
 #: Upper bound on one convolution's workspace; beyond it more, smaller GEMMs cost little.
 WORKSPACE_LIMIT_BYTES = 256 * 2**20
@@ -65,9 +68,9 @@ class Conv2d(Operator):
                 f"conv2d: a {kh}x{kw} kernel does not fit the {h}x{w} input "
                 f"(padding {self.padding}); use a smaller kernel or more padding"
             )
-        out_shape = K.conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw)
+        out_shape = sizes.conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw)
         self.geometry = (c, h, w, o, kh, kw)
-        if self.algorithm == "conv3x3" and not K.conv3x3_applies(kh, kw, sh, sw, ph, pw):
+        if self.algorithm == "conv3x3" and not sizes.conv3x3_applies(kh, kw, sh, sw, ph, pw):
             raise ValueError(
                 f"conv2d: algorithm='conv3x3' is for 3x3 filters with stride 1 and padding 1, "
                 f"not {kh}x{kw} with stride {self.stride} and padding {self.padding}; use 'auto'"
@@ -192,18 +195,18 @@ class Conv2d(Operator):
         """Does conv3x3 apply to this geometry: 3x3 filters, stride 1, padding 1?"""
         kh, kw = self.geometry[4:]
         (sh, sw), (ph, pw) = self.stride, self.padding
-        return self.kernels.conv3x3_applies(kh, kw, sh, sw, ph, pw)
+        return sizes.conv3x3_applies(kh, kw, sh, sw, ph, pw)
 
     def _conv3x3_per_sample(self):
         """Workspace elements one sample needs in the conv3x3 passes."""
         c, h, w, o = self.geometry[:4]
-        return self.kernels.conv3x3_workspace_per_sample(c, o, h, w)
+        return sizes.conv3x3_workspace_per_sample(c, o, h, w)
 
     def _gemm_per_sample(self):
         """Workspace elements one sample needs in the gemm passes."""
         c, h, w, o, kh, kw = self.geometry
         (sh, sw), (ph, pw) = self.stride, self.padding
-        return self.kernels.conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw)
+        return sizes.conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw)
 
     def _conv3x3_fits(self, ws):
         """Is conv3x3 a candidate: its geometry, and one sample's padded planes in `ws`? (A

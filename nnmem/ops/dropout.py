@@ -3,24 +3,17 @@
 
 The mask is a counter-based draw (kernels/counter_rng.py): element i of draw number c under
 the device's seed is a hash of (seed, c, i), computed by the kernel, so the CPU and a GPU draw
-the same masks and the host never takes part. The draw counter c is the device's `rng_state`, a
-1-element tensor every draw reads and increments: a graph therefore keeps the draws in their
-recorded order, whatever order it runs the other operations in, a replay draws a new mask every
-iteration, and replays give the same numbers as eager runs. The mask is kept for backward.
+the same masks and the host never takes part. The draw number c is the device's dropout
+counter (Device.make_dropout_counter), a 1-element tensor every draw reads and increments: a
+graph therefore keeps the draws in their recorded order, whatever order it runs the other
+operations in, a replay draws a new mask every iteration, and replays give the same numbers as
+eager runs. The mask is kept for backward.
 """
-
-import numpy as np
 
 from nnmem.operation import Operator, is_training
 from nnmem.tensor import Tensor
 
-
-def _draw_counter(device):
-    """The device's count of random draws (made on first use, kept on the device)."""
-    if device.rng_state is None:
-        device.rng_state = Tensor((1,), device, np.int64, requires_grad=False, name="rng_state")
-        device.rng_state.set_value(0)
-    return device.rng_state
+__all__ = ["Dropout", "dropout"]
 
 
 class Dropout(Operator):
@@ -36,7 +29,7 @@ class Dropout(Operator):
             return x
         y, mask = self.output(x.shape, x.dtype), self.output(x.shape, x.dtype)
         device, ratio = self.device, self.ratio
-        state = _draw_counter(device)
+        state = device.make_dropout_counter(Tensor)
 
         def draw_and_apply(y_, mask_, state_, x_, _):
             # device.seed is read when this runs, so a SetRandSeed between replays counts

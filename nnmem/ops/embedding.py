@@ -7,6 +7,8 @@ not the looked-up rows, and the gradient is a full (V, F) table, as dense as W i
 
 from nnmem.operation import Operator
 
+__all__ = ["Embedding", "embedding"]
+
 
 class Embedding(Operator):
     def forward(self, ids, W):

@@ -13,6 +13,8 @@ from nnmem.ops.broadcast import compare
 from nnmem.ops.pointwise import compare_scalar
 from nnmem.tensor import Tensor, from_numpy, to_numpy
 
+__all__ = ["_and", "_not", "_or", "_xor", "cast", "constant_of_shape", "nonzero", "onehot", "shape"]
+
 
 def shape(x):
     """x's shape as a 1-D int32 tensor."""

@@ -2,6 +2,8 @@
 
 from nnmem.operation import Operator
 
+__all__ = ["AddBias", "Matmul", "add_bias", "matmul"]
+
 
 class Matmul(Operator):
     """y = a @ b for 2-D a (n, k) and b (k, m); da = dy @ b^T, db = a^T @ dy. Batched, as

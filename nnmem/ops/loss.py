@@ -3,6 +3,8 @@ Both return a tensor of shape (1,) holding the mean over the batch."""
 
 from nnmem.operation import Operator
 
+__all__ = ["MeanSquareError", "SoftMaxCrossEntropy", "mse_loss", "softmax_cross_entropy"]
+
 
 class SoftMaxCrossEntropy(Operator):
     """loss = -1/N sum_n log softmax(x_n)[t_n]; dx = (softmax(x) - onehot(t)) / N."""

@@ -9,6 +9,8 @@ to keep, the kind SuperNeurons recomputes in the backward pass instead of keepin
 
 from nnmem.operation import SAME, Operator
 
+__all__ = ["LRN", "lrn"]
+
 
 class LRN(Operator):
     """Normalise each (n, h, w) over a window of `size` channels centred on the channel."""

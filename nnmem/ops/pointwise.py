@@ -9,6 +9,41 @@ masks, and no gradient flows through them.
 
 from nnmem.operation import SAME, Operator
 
+__all__ = [
+    "Pointwise",
+    "abs",
+    "acos",
+    "acosh",
+    "asin",
+    "asinh",
+    "atan",
+    "atanh",
+    "ceil",
+    "clip",
+    "cos",
+    "cosh",
+    "elu",
+    "erf",
+    "exp",
+    "floor",
+    "hardsigmoid",
+    "leakyrelu",
+    "log",
+    "reciprocal",
+    "round",
+    "rounde",
+    "selu",
+    "sign",
+    "sin",
+    "sinh",
+    "softplus",
+    "softsign",
+    "sqrt",
+    "square",
+    "tan",
+    "tanh",
+]
+
 #: What each function's derivative reads: "x", "y" or nothing (x + a); a function missing here
 #: (sign, rounding, the comparisons) has no gradient.
 GRADIENT_READS = {"tanh": "y", "exp": "y", "log": "x", "square": "x", "sqrt": "y", "abs": "x"}

@@ -6,8 +6,11 @@ a quarter of the input's elements for 2x2 windows, and backward needs nothing el
 
 import numpy as np
 
+from nnmem.kernels import sizes
 from nnmem.operation import SAME, Operator
 from nnmem.ops.conv import pair
+
+__all__ = ["Pooling2d", "pooling_2d"]
 
 
 class Pooling2d(Operator):
@@ -33,7 +36,7 @@ class Pooling2d(Operator):
                 f"pooling: a {kh}x{kw} window does not fit the {x.shape[2:]} input "
                 f"(padding {self.padding}); use a smaller window"
             )
-        out_shape = K.pool2d_output_shape(*x.shape, kh, kw, sh, sw, ph, pw)
+        out_shape = sizes.pool2d_output_shape(*x.shape, kh, kw, sh, sw, ph, pw)
         y = self.output(out_shape, x.dtype)
         self.in_shape = x.shape
         if self.is_max:

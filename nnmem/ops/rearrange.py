@@ -26,6 +26,20 @@ from nnmem.ops.strides import (
 from nnmem.ops.strides import pad as padded
 from nnmem.ops.transform import Slice, transpose
 
+__all__ = [
+    "Expand",
+    "Pad",
+    "depth_to_space",
+    "expand",
+    "gather",
+    "pad",
+    "slice",
+    "space_to_depth",
+    "split",
+    "tile",
+    "upsample",
+]
+
 _ALL = builtins.slice(None)
 
 

@@ -11,6 +11,8 @@ import math
 from nnmem.operation import Operator
 from nnmem.ops.strides import axis_index, check_rank, contiguous_strides, pad, reduction
 
+__all__ = ["Sum", "reduce_mean", "reduce_sum"]
+
 
 def _axes(op, axes, ndim):
     if axes is None:

@@ -11,6 +11,8 @@ from nnmem.operation import Operator
 from nnmem.ops.arith import Reshape
 from nnmem.ops.strides import axis_index
 
+__all__ = ["Cat", "Flatten", "cat", "flatten"]
+
 
 class Flatten(Reshape):
     """(N, d1, d2, ...) -> (N, d1*d2*...) for axis=1: a view on the same block."""

@@ -9,6 +9,8 @@ import math
 
 from nnmem.operation import Operator
 
+__all__ = ["SoftMax", "softmax"]
+
 
 class SoftMax(Operator):
     def __init__(self, axis=1):

@@ -6,9 +6,8 @@ take. Strides count elements of a C-contiguous (row-major) tensor.
 
 import numpy as np
 
-#: The strided kernels take index maps of this many axes (their own MAX_DIMS, which a test
-#: checks is this one): tensors of up to 6 dimensions.
-MAX_DIMS = 6
+# The strided kernels take index maps of MAX_DIMS axes: the kernel contract says how many.
+from nnmem.kernels.contract import MAX_DIMS
 
 
 def check_rank(op, shape):

@@ -11,6 +11,8 @@ from nnmem.operation import Operator
 from nnmem.ops.arith import Reshape
 from nnmem.ops.strides import axis_index, check_rank, contiguous_strides, pad
 
+__all__ = ["Slice", "Transpose", "squeeze", "transpose", "unsqueeze"]
+
 
 class Transpose(Operator):
     """y = x with its axes permuted: y.shape[i] = x.shape[perm[i]] (perm=None reverses them)."""

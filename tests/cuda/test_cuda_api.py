@@ -1,6 +1,7 @@
-"""kernels.cuda is the twin of kernels.cpu: the same names, the same positional signatures plus
-``stream``, the same host helpers, and host-side checks with the CPU's error types. Importing it
-needs no GPU (kernels compile at their first launch), so most of this runs everywhere."""
+"""kernels.cuda is the twin of kernels.cpu: both hold the kernels of kernels/contract.py, by the
+same names, in the same order, with the same positional signatures (plus ``stream`` on the GPU),
+and check on the host with the CPU's error types. Importing it needs no GPU (kernels compile at
+their first launch), so most of this runs everywhere."""
 
 import inspect
 
@@ -10,38 +11,32 @@ from cuda_testutil import needs_device, to_device
 
 pytest.importorskip("numba.cuda")
 
-from nnmem.kernels import cpu  # noqa: E402
+from nnmem.kernels import contract, cpu  # noqa: E402
 from nnmem.kernels import cuda as gpu  # noqa: E402
-
-HOST_HELPERS = [
-    "conv2d_output_shape",
-    "pool2d_output_shape",
-    "conv2d_gemm_workspace_per_sample",
-    "conv3x3_applies",
-    "conv3x3_workspace_per_sample",
-]
 
 
 def _python_signature(f):
     return inspect.signature(getattr(f, "py_func", f))  # a CPU kernel is a Numba dispatcher
 
 
-def test_the_same_names_in_the_same_order():
-    assert gpu.__all__ == cpu.__all__
-    assert len(set(gpu.__all__)) == len(gpu.__all__)
-    assert [m.__name__.rpartition(".")[2] for m in gpu.MODULES] == [
-        m.__name__.rpartition(".")[2] for m in cpu.MODULES
-    ]
-    for module, twin in zip(gpu.MODULES, cpu.MODULES):
-        assert module.__all__ == twin.__all__, module.__name__
+def test_the_contract_names_each_kernel_once():
+    assert len(set(contract.KERNELS)) == len(contract.KERNELS)
 
 
-def test_host_helpers_are_the_cpu_functions():
-    for name in HOST_HELPERS:
-        assert getattr(gpu, name) is getattr(cpu, name)
+def test_both_hold_the_contract_in_its_order():
+    assert gpu.__all__ == cpu.__all__ == list(contract.KERNELS)
+    for backend in (cpu, gpu):
+        assert [m.__name__ for m in backend.MODULES] == [
+            f"{backend.__name__}.{family}" for family in contract.FAMILIES
+        ]
+        for module, names in zip(backend.MODULES, contract.FAMILIES.values()):
+            for name in names:
+                assert getattr(backend, name) is getattr(module, name), name
+        for table, value in contract.TABLES.items():
+            assert getattr(backend, table) is value, table
 
 
-@pytest.mark.parametrize("name", [n for n in cpu.__all__ if n not in HOST_HELPERS])
+@pytest.mark.parametrize("name", contract.KERNELS)
 def test_same_positional_signature_plus_stream(name):
     want = _python_signature(getattr(cpu, name)).parameters
     got = inspect.signature(getattr(gpu, name)).parameters

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from cuda_testutil import RUNS_KERNELS, needs_device, run_twins
 
-from nnmem.kernels.cpu import strided, unary
+from nnmem.kernels.contract import BINARY_CODES, UNARY_CODES
 from nnmem.ops.strides import broadcast_strides, contiguous_strides, pad, reduction
 
 pytestmark = [needs_device, pytest.mark.usefixtures("launches_match_the_registry")]
@@ -15,7 +15,7 @@ if RUNS_KERNELS:
     from nnmem.kernels import cuda as gpu  # noqa: F401 (imported for its registry)
 
 FLOATS = [np.float32, np.float64]
-CODES = sorted(unary.UNARY_CODES.items())
+CODES = sorted(UNARY_CODES.items())
 
 
 @pytest.mark.parametrize("dtype", [np.float32])  # float64: the same source (PTX tests: both)
@@ -52,7 +52,7 @@ def test_strided_maps(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32])
-@pytest.mark.parametrize("how", sorted(strided.BINARY_CODES))
+@pytest.mark.parametrize("how", sorted(BINARY_CODES))
 def test_broadcast_binary(rng, how, dtype):
     a = rng.standard_normal((2, 3, 1)).astype(dtype)
     b = rng.uniform(0.5, 1.5, (1, 4)).astype(dtype)
@@ -61,7 +61,7 @@ def test_broadcast_binary(rng, how, dtype):
     out = np.full(24, np.nan, dtype)
     (got,), _ = run_twins(
         "broadcast_binary",
-        [out, a.ravel(), b.ravel(), *args, strided.BINARY_CODES[how]],
+        [out, a.ravel(), b.ravel(), *args, BINARY_CODES[how]],
         writes=[0],
         dtype=dtype,
     )

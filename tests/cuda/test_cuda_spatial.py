@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from cuda_testutil import RUNS_KERNELS, assert_close, host, needs_device, run_twins, to_device
 
-from nnmem.kernels import cpu
+from nnmem.kernels import cpu, sizes
 
 pytestmark = [needs_device, pytest.mark.usefixtures("launches_match_the_registry")]
 
@@ -34,8 +34,8 @@ CONVS = [
 
 def _conv_case(rng, case, dtype=np.float32):
     xs, ws, sh, sw, ph, pw = case
-    ys = cpu.conv2d_output_shape(xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], sh, sw, ph, pw)
-    per = cpu.conv2d_gemm_workspace_per_sample(*xs[1:], ws[0], *ws[2:], sh, sw, ph, pw)
+    ys = sizes.conv2d_output_shape(xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], sh, sw, ph, pw)
+    per = sizes.conv2d_gemm_workspace_per_sample(*xs[1:], ws[0], *ws[2:], sh, sw, ph, pw)
     x, w, dy = _randn(rng, xs, dtype), _randn(rng, ws, dtype), _randn(rng, ys, dtype)
     return x, w, dy, (sh, sw, ph, pw), per
 
@@ -93,7 +93,7 @@ WINDOWS = [
 @pytest.mark.parametrize("window", WINDOWS)
 def test_maxpool2d(rng, window):
     x = _randn(rng, (2, 3, 7, 6))
-    ys = cpu.pool2d_output_shape(*x.shape, *window)
+    ys = sizes.pool2d_output_shape(*x.shape, *window)
     argmax = np.full(ys, -1, np.int32)
     _, (y, am) = run_twins("maxpool2d_forward", [_nan(ys), argmax, x, *window], [0, 1], exact=True)
     dy = _randn(rng, ys)
@@ -102,7 +102,7 @@ def test_maxpool2d(rng, window):
 
 def test_maxpool2d_ties_go_to_the_first_maximum(rng):
     x = rng.integers(0, 2, (1, 2, 6, 6)).astype(np.float32)  # many equal maxima
-    ys = cpu.pool2d_output_shape(*x.shape, 3, 3, 1, 1, 1, 1)
+    ys = sizes.pool2d_output_shape(*x.shape, 3, 3, 1, 1, 1, 1)
     argmax = np.full(ys, -1, np.int32)
     args = [_nan(ys), argmax, x, 3, 3, 1, 1, 1, 1]
     run_twins("maxpool2d_forward", args, writes=[0, 1], exact=True)
@@ -111,7 +111,7 @@ def test_maxpool2d_ties_go_to_the_first_maximum(rng):
 @pytest.mark.parametrize("window", WINDOWS)
 def test_avgpool2d(rng, window):
     x = _randn(rng, (2, 3, 7, 6))
-    ys = cpu.pool2d_output_shape(*x.shape, *window)
+    ys = sizes.pool2d_output_shape(*x.shape, *window)
     run_twins("avgpool2d_forward", [_nan(ys), x, *window], writes=[0])
     run_twins("avgpool2d_backward", [_nan(x.shape), _randn(rng, ys), *window], writes=[0])
 

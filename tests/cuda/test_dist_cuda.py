@@ -27,4 +27,4 @@ def test_distopt_on_the_gpu_stages_through_the_host_and_changes_no_number():
 
     dist = opt.DistOpt(opt.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4))
     assert_identical(run(), run(dist))
-    assert dist._staging  # the gradients went through pinned host arrays
+    assert dist._exchanges.staging  # the gradients went through pinned host arrays

@@ -38,7 +38,7 @@ def test_graph_offloading_on_the_gpu_changes_no_number(asynchronous):
 
 def test_the_tensor_cache_moves_gpu_bytes_out_and_back():
     dev = device.create_cuda_gpu("64MiB")
-    dev.cache = TensorCache(dev, "all")
+    dev.set_memory_budget(None, TensorCache(dev, "all"))
     values = np.arange(1000, dtype=np.float32)
     with dev.step():  # made during a step: a candidate
         t = tensor.from_numpy(values, dev)

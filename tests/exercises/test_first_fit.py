@@ -104,17 +104,17 @@ def free_segments(pool):
 
 def test_a_first_fit_pool_takes_the_low_hole_where_best_fit_takes_the_snug_one():
     placed = {}
-    for strategy in ("first_fit", "best_fit"):
-        pool = Pool(16 * A, strategy=strategy)
+    for policy in ("first_fit", "best_fit"):
+        pool = Pool(16 * A, policy=policy)
         a, b, c, d = (pool.alloc(n * A) for n in (3, 1, 1, 2))
         pool.free(a)  # a hole of 3 blocks at 0
         pool.free(c)  # a hole of 1 block at 4A
-        placed[strategy] = pool.alloc(A)
+        placed[policy] = pool.alloc(A)
     assert placed == {"first_fit": 0, "best_fit": 4 * A}
 
 
 def test_a_first_fit_pool_raises_out_of_memory_when_nothing_fits():
-    pool = Pool(4 * A, strategy="first_fit")
+    pool = Pool(4 * A, policy="first_fit")
     first = pool.alloc(A)
     pool.alloc(A)
     pool.free(first)  # free: [0, A) and [2A, 4A), 3 blocks in all but at most 2 together
@@ -128,7 +128,7 @@ def test_every_allocation_of_a_first_fit_pool_lands_where_the_model_says():
     just before it (the pool's own segments(), which do not use first_fit), and the live
     blocks never overlap."""
     rng = random.Random(13)
-    pool = Pool(64 * A, strategy="first_fit")
+    pool = Pool(64 * A, policy="first_fit")
     live = {}
     for _ in range(400):
         if live and rng.random() < 0.45:

@@ -2,15 +2,15 @@
 
 May the node at replay position p write its output over its input's bytes? Exactly when p is
 the input's last reader, the input got its bytes before p, the output's life starts at p, and
-the output fits in the input's storage (exercises/02_inplace.md). The tests ask the rule
-directly, then through liveness.storages on hand-made steps, then on a recorded model whose
+the output fits in the input's slot (exercises/02_inplace.md). The tests ask the rule
+directly, then through liveness.slots on hand-made steps, then on a recorded model whose
 graph-mode numbers must stay those of eager mode (the trap changes them)."""
 
 import numpy as np
 import pytest
 
 from nnmem import autograd, device, layer, model, opt, tensor
-from nnmem.graph.liveness import INTERMEDIATE, may_write_in_place, storages
+from nnmem.graph.liveness import INTERMEDIATE, may_write_in_place, slots
 from nnmem.graph.recorder import ArraySpec, Node
 
 pytestmark = pytest.mark.exercise_inplace
@@ -40,7 +40,7 @@ def test_an_output_live_before_this_node_keeps_its_own_bytes():
     assert may_write_in_place(5, (0, 9), (2, 5), A, A) is False
 
 
-def test_the_output_must_fit_in_the_inputs_storage():
+def test_the_output_must_fit_in_the_inputs_slot():
     assert may_write_in_place(5, (5, 9), (2, 5), 2 * A, A) is False
     assert may_write_in_place(5, (5, 9), (2, 5), 2 * A, 2 * A) is True  # equal sizes fit
     assert may_write_in_place(5, (5, 9), (2, 5), A, 4 * A) is True  # a smaller one too
@@ -57,7 +57,7 @@ def test_positions_are_compared_not_guessed_from_the_first_position():
     assert may_write_in_place(1000, (1000, 1001), (999, 1000), A, A) is True
 
 
-# -- through liveness.storages, on hand-made steps ------------------------------------------
+# -- through liveness.slots, on hand-made steps ------------------------------------------
 
 
 class FakeBlock:
@@ -76,16 +76,16 @@ def node(index, writes, reads, inplace=()):
 
 
 def plan(nodes):
-    """The storages of a step whose every block is an intermediate, replayed in order."""
+    """The slots of a step whose every block is an intermediate, replayed in order."""
     kinds = {id(b): INTERMEDIATE for n in nodes for b in n.blocks()}
-    return storages(nodes, list(range(len(nodes))), kinds, round_up=lambda n: -(-n // A) * A)
+    return slots(nodes, list(range(len(nodes))), kinds, round_up=lambda n: -(-n // A) * A)
 
 
 def shared(result, a, b):
     return any(a in s.blocks and b in s.blocks for s in result)
 
 
-def test_a_chain_of_elementwise_nodes_runs_in_one_storage():
+def test_a_chain_of_elementwise_nodes_runs_in_one_slot():
     a, b, c, d = (FakeBlock(name, 4 * A) for name in "abcd")
     result = plan(
         [
@@ -111,17 +111,17 @@ def test_the_trap_on_a_hand_made_step():
         ]
     )
     assert not shared(result, r, h)
-    assert shared(result, y, r)  # the first allowed pair is taken; h's storage stays apart
+    assert shared(result, y, r)  # the first allowed pair is taken; h's slot stays apart
     assert len(result) == 2
 
 
-def test_an_output_larger_than_its_input_gets_a_storage_of_its_own():
+def test_an_output_larger_than_its_input_gets_a_slot_of_its_own():
     small, large = FakeBlock("small", A), FakeBlock("large", 2 * A)
     result = plan([node(0, [small], []), node(1, [large], [small], inplace=((large, small),))])
     assert not shared(result, small, large) and len(result) == 2
 
 
-def test_sizes_are_compared_rounded_up_to_the_storages():
+def test_sizes_are_compared_rounded_up_to_the_slots():
     a, b = FakeBlock("100 bytes", 100), FakeBlock("200 bytes", 200)  # both take 256
     result = plan([node(0, [a], []), node(1, [b], [a], inplace=((b, a),))])
     assert shared(result, a, b) and len(result) == 1
@@ -173,12 +173,12 @@ def test_the_trap_in_a_recorded_step_and_the_numbers_it_would_change():
         np.testing.assert_array_equal(states[key], value, err_msg=key)
 
     step = net.compiled_step(x, t)
-    storage_of = {id(b): s for s in step.storages for b in s.blocks}
+    slot_of = {id(b): s for s in step.slots for b in s.blocks}
 
     def written_by(name):
         return next(n for n in step.nodes if n.name == name).writes[0].block
 
     h, relu_h, y = written_by("fc1:AddBias"), written_by("ReLU"), written_by("Add")
-    assert storage_of[id(relu_h)] is not storage_of[id(h)], "relu(h) over h: the trap"
-    assert storage_of[id(y)] is storage_of[id(h)], "the add is h's last reader"
+    assert slot_of[id(relu_h)] is not slot_of[id(h)], "relu(h) over h: the trap"
+    assert slot_of[id(y)] is slot_of[id(h)], "the add is h's last reader"
     assert step.memory_summary()["inplace_merges"] >= 1

@@ -1,7 +1,7 @@
 """Exercise 4 (tutorial 03): the lower bound of a step's memory,
 nnmem/memory/layout.py:lower_bound.
 
-LB = max over positions p of the bytes of the storages live at p, a storage i being live from
+LB = max over positions p of the bytes of the slots live at p, a slot i being live from
 first_i to last_i inclusive (exercises/03_lower_bound.md). The tests check small cases by hand,
 random ones against a position-by-position count, and the bound a compiled step reports."""
 
@@ -32,11 +32,11 @@ def count(sizes, ranges):
 # -- the function itself --------------------------------------------------------------------
 
 
-def test_no_storages_need_no_bytes():
+def test_no_slots_need_no_bytes():
     assert lower_bound([], []) == 0
 
 
-def test_one_storage():
+def test_one_slot():
     assert lower_bound([768], [(0, 0)]) == 768
     assert lower_bound([768], [(3, 9)]) == 768
 
@@ -50,7 +50,7 @@ def test_one_that_ends_at_p_and_one_that_starts_at_p_are_live_together():
     assert lower_bound([512, 256], [(0, 2), (2, 4)]) == 768
 
 
-def test_a_storage_live_at_a_single_position_counts_there():
+def test_a_slot_live_at_a_single_position_counts_there():
     assert lower_bound([100, 1000, 100], [(0, 4), (2, 2), (4, 6)]) == 1100
 
 
@@ -70,11 +70,11 @@ def test_positions_need_not_start_at_zero_nor_be_few():
     assert lower_bound([256, 256], [(10**6, 10**6 + 5), (10**6 + 6, 10**6 + 7)]) == 256
 
 
-def test_empty_storages_add_nothing():
+def test_empty_slots_add_nothing():
     assert lower_bound([0, 0, 256], [(0, 3), (1, 2), (2, 2)]) == 256
 
 
-def test_the_order_of_the_storages_does_not_matter():
+def test_the_order_of_the_slots_does_not_matter():
     rng = random.Random(3)
     sizes = [rng.randrange(1, 50) * 256 for _ in range(30)]
     ranges = [tuple(sorted(rng.sample(range(20), 2))) for _ in range(30)]
@@ -86,7 +86,7 @@ def test_the_order_of_the_storages_does_not_matter():
 
 
 @st.composite
-def storages(draw, smallest=0):
+def slots(draw, smallest=0):
     steps = draw(st.integers(1, 30))
     n = draw(st.integers(0, 25))
     sizes, ranges = [], []
@@ -97,15 +97,15 @@ def storages(draw, smallest=0):
     return sizes, ranges
 
 
-@given(storages())
+@given(slots())
 def test_it_is_the_peak_of_live_bytes_position_by_position(case):
     sizes, ranges = case
     assert lower_bound(sizes, ranges) == count(sizes, ranges)
 
 
-@given(storages(smallest=1))  # (a pool block is never empty)
+@given(slots(smallest=1))  # (a pool block is never empty)
 def test_no_layout_beats_it(case):
-    """Every valid layout (no two storages live together share a byte) is at least as large."""
+    """Every valid layout (no two slots live together share a byte) is at least as large."""
     sizes, ranges = case
     bound = lower_bound(sizes, ranges)
     planned = layout(sizes, ranges)
@@ -124,18 +124,18 @@ def planned_cnn(recycle=True):
     return planned_step("cnn", (8, 1, 28, 28), recycle=recycle)
 
 
-def test_a_compiled_step_reports_the_peak_of_its_live_storages():
+def test_a_compiled_step_reports_the_peak_of_its_live_slots():
     step = planned_cnn()
-    sizes = [s.nbytes for s in step.storages]
-    ranges = [(s.first, s.last) for s in step.storages]
+    sizes = [s.nbytes for s in step.slots]
+    ranges = [(s.first, s.last) for s in step.slots]
     summary = step.memory_summary()
     assert summary["lower_bound_bytes"] == count(sizes, ranges) > 0
-    assert summary["lower_bound_bytes"] < sum(sizes)  # liveness: storages share memory
+    assert summary["lower_bound_bytes"] < sum(sizes)  # liveness: slots share memory
     assert summary["arena_bytes"] >= summary["lower_bound_bytes"]
 
 
-def test_without_recycling_the_bound_is_every_storage_at_once():
+def test_without_recycling_the_bound_is_every_slot_at_once():
     step = planned_cnn(recycle=False)
     summary = step.memory_summary()
-    assert summary["lower_bound_bytes"] == sum(s.nbytes for s in step.storages)
+    assert summary["lower_bound_bytes"] == sum(s.nbytes for s in step.slots)
     assert summary["arena_bytes"] == summary["lower_bound_bytes"]

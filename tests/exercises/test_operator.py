@@ -187,5 +187,5 @@ def test_in_graph_mode_the_recorded_call_is_planned_in_place(name):
     assert node.rebuild == SAME
     ((y_spec,), (x_spec,)) = node.writes, node.reads
     assert node.inplace == ((y_spec.block, x_spec.block),)
-    storage_of = {id(b): s for s in step.storages for b in s.blocks}
-    assert storage_of[id(y_spec.block)] is storage_of[id(x_spec.block)], "y written over x"
+    slot_of = {id(b): s for s in step.slots for b in s.blocks}
+    assert slot_of[id(y_spec.block)] is slot_of[id(x_spec.block)], "y written over x"

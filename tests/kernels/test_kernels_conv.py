@@ -12,10 +12,9 @@ from nnmem.kernels.cpu import (
     conv2d_backward_filter_gemm,
     conv2d_forward_direct,
     conv2d_forward_gemm,
-    conv2d_gemm_workspace_per_sample,
-    conv2d_output_shape,
     im2col,
 )
+from nnmem.kernels.sizes import conv2d_gemm_workspace_per_sample, conv2d_output_shape
 
 # (n, c, h, w, o, kh, kw, sh, sw, ph, pw)
 SHAPES = [

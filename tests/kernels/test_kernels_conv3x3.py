@@ -11,12 +11,11 @@ from nnmem.kernels.cpu import (
     conv2d_backward_data_direct,
     conv2d_backward_filter_direct,
     conv2d_forward_direct,
-    conv3x3_applies,
     conv3x3_backward_data,
     conv3x3_backward_filter,
     conv3x3_forward,
-    conv3x3_workspace_per_sample,
 )
+from nnmem.kernels.sizes import conv3x3_applies, conv3x3_workspace_per_sample
 
 # (N, C, H, W, O). Backward filter sums groups of samples in one loop (GROUP_ELEMENTS // plane
 # samples, at least one), two filters a loop, CHANNEL_BLOCK channels a task: (7, 3, 24, 24, 5)

@@ -9,8 +9,8 @@ from nnmem.kernels.cpu import (
     avgpool2d_forward,
     maxpool2d_backward,
     maxpool2d_forward,
-    pool2d_output_shape,
 )
+from nnmem.kernels.sizes import pool2d_output_shape
 
 # (n, c, h, w, kh, kw, sh, sw, ph, pw)
 SHAPES = [

@@ -1,0 +1,74 @@
+"""What nnmem train and nnmem plan share about their flags: the step train runs when a flag is
+left out (its data, batch and ResNet depth), which models need images larger than the data
+holds, and the checks both commands make once they run (arguments.py checks each value as it
+is parsed; these check flags against each other, and against the model).
+
+Each check raises a UsageError, which the command line prints on one line, before any data
+is loaded or any step is built.
+"""
+
+from nnmem.cli.arguments import UsageError
+
+#: The data nnmem train loads without --data, and one sample of each data set --data can load
+#: (nnmem.data.load): nnmem plan plans the step that nnmem train runs.
+DEFAULT_DATA = "digits"
+DATA_SAMPLES = {"digits": (1, 28, 28), "mnist:DIR": (1, 28, 28), "cifar10:DIR": (3, 32, 32)}
+DEFAULT_BATCH = 64
+#: The ResNet --depth when none is given: ResNet-20, the CIFAR paper's smallest.
+DEFAULT_DEPTH = 20
+#: Models whose pooling shrinks a small image to nothing: the smallest height and width they
+#: take (AlexNet's shape arithmetic, VGG's five 2x2 pools), and the input of their papers.
+SMALLEST_IMAGE = {"alexnet": 67, "vgg16": 32}
+PAPER_SAMPLES = {"alexnet": (3, 227, 227), "vgg16": (3, 224, 224)}
+
+
+def depth_of(args):
+    """The depth the flags give a ResNet (--depth, or DEFAULT_DEPTH), None for another model;
+    a --depth for another model, which would ignore it, is refused."""
+    if args.model != "resnet":
+        if args.depth is not None:
+            raise UsageError(
+                f"argument --depth: it sets a ResNet's depth, and --model {args.model} has no "
+                "depth to set; leave it out, or use --model resnet"
+            )
+        return None
+    return DEFAULT_DEPTH if args.depth is None else args.depth
+
+
+def check_depth_rules(build):
+    """A ResNet's depth follows the model's own rules (6n + 2, ...): `build()` builds the
+    model the flags describe, and the ValueError it raises for another depth is refused."""
+    try:
+        build()
+    except ValueError as e:
+        raise UsageError(f"argument --depth: {e}") from None
+
+
+def image_too_small(model, sample):
+    """The smallest height and width `model` takes (SMALLEST_IMAGE) if the images of `sample`
+    (one sample's shape, C x H x W) are smaller; None if they are large enough."""
+    smallest = SMALLEST_IMAGE.get(model)
+    if smallest is None or len(sample) != 3 or min(sample[1:]) >= smallest:
+        return None
+    return smallest
+
+
+def check_offload_flags(args, default_offload, example_budget):
+    """--offload, --budget and --sync-offload that cannot work together: dyn picks the
+    fastest policy that fits a budget, and --sync-offload synchronises an offload's copies.
+    `default_offload` is the command's --offload when it is left out (train: none, plan:
+    all), `example_budget` the --budget its error suggests."""
+    if args.offload == "dyn" and args.budget is None:
+        raise UsageError(
+            "argument --offload: dyn picks the fastest policy that fits a budget; add "
+            f"--budget, e.g. --budget {example_budget}"
+        )
+    if args.sync_offload and args.offload == "none":
+        if default_offload == "none":  # --offload was left out
+            raise UsageError(
+                "argument --sync-offload: there is nothing to synchronise without offloading; "
+                "add --offload conv, all or dyn"
+            )
+        raise UsageError(
+            "argument --sync-offload: it is about offloading; leave it out with --offload none"
+        )
