@@ -84,7 +84,7 @@ class Concurrency:
         self.climbing = None
         self.profiling_seconds = 0.0
         self.runner = CoRunner(self.cores, self.smt if 4 in self.strategies else 1)
-        self._plan = None  # (counts, co-run plan) once chosen: see _choices
+        self._chosen = None  # (counts, co-run choices) once chosen: see _choices
         self._step_seconds = {}
         self._step_start = None
 
@@ -101,7 +101,7 @@ class Concurrency:
             )
             self.profiling_seconds = 0.0
         self.split = split
-        self._plan = None
+        self._chosen = None
         self.waits = None
         if 3 in self.strategies:
             self.waits = hazards(nodes, order[:split], dependencies(nodes))
@@ -128,16 +128,16 @@ class Concurrency:
         return [self.climbing.climbs[k].best for k in self.keys]
 
     def _choices(self):
-        """(counts, co-run plan), chosen once from the finished profile: per call its count,
+        """(counts, co-run choices), chosen once from the finished profile: per call its count,
         and (count, its three best candidates, its predictor) for the co-runner."""
-        if self._plan is None:
+        if self._chosen is None:
             counts = self.counts()
-            plan = []
+            corun = []
             for p, key in enumerate(self.keys):
                 climb = self.climbing.climbs[key]
-                plan.append((counts[p], climb.candidates(), climb.predict))
-            self._plan = (counts, plan)
-        return self._plan
+                corun.append((counts[p], climb.candidates(), climb.predict))
+            self._chosen = (counts, corun)
+        return self._chosen
 
     # -- running ------------------------------------------------------------------------------
     def begin_step(self):
@@ -189,9 +189,10 @@ class Concurrency:
         assert start == 0 and len(calls) == self.split, "co-running is for the compute phase"
         self.runner.run(calls, self.waits, self._choices()[1])
 
-    def replan(self):
-        """Choose the counts again from the profile as it is now (after a learner edited it)."""
-        self._plan = None
+    def choose_again(self):
+        """Choose the counts again from the profile as it is now, after a learner edited it:
+        for the course (tutorial 07); nnmem itself chooses once, when profiling ends."""
+        self._chosen = None
 
     # -- what a learner reads -----------------------------------------------------------------
     def trace(self, on=True):
