@@ -16,6 +16,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
     [
         ("conv.py", ["--json", "no/such/folder/x.json"], "the folder 'no/such/folder' does not"),
         ("dist.py", ["--ranks", "0"], "argument --ranks: must be at least 1"),
+        ("fingerprint.py", ["--steps", "0"], "argument --steps: must be at least 1"),
         ("offload.py", ["--skip", "budget", "link", "cache"], "skips every section"),
         ("offload.py", ["--speeds", "0.001"], "at least 0.01 GB/s"),
         ("train.py", ["--seconds", "inf"], "argument --seconds: must be a finite number"),
