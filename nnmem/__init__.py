@@ -38,8 +38,7 @@ _kernels_beside_the_package()
 del _kernels_beside_the_package
 
 from nnmem import autograd, device, layer, model, ops, opt, tensor  # noqa: E402, F401
+from nnmem.version import __version__  # noqa: E402, F401
 
 # nnmem.tensor sits below the operators: they give Tensor its arithmetic once all is imported.
 ops.attach_to_tensor()
-
-__version__ = "0.8.0"

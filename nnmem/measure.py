@@ -7,7 +7,8 @@ first step) and then one measured step each way:
   step ends: the baseline);
 - "eager": blocks freed as soon as nothing refers to them;
 - "graph": the compiled step's timeline, from its arena layout.
-It returns the three Timelines and the compiled step's memory summary (with its lower bound).
+It returns the three Timelines and the compiled step's memory summary, whose
+"lower_bound_bytes" is the graph Timeline's ``lower_bound`` (one figure, memory/timeline.py).
 The graph's Timeline carries the plan's tensors (``timeline.tensors``, for the memory viewer).
 With ``recompute="cost-aware"`` (or "speed", "memory") a fourth, "recompute": the same
 compiled step replanned with recomputation, on the same device (so with the same

@@ -40,7 +40,7 @@ SINGA_STEP_ARGUMENTS = {"dist_option": "plain", "spars": None}
 class TechniquePlan(NamedTuple):
     technique: str
     peak_bytes: int  # pool peak of a training iteration: persistent + plan arena
-    lower_bound_bytes: int  # persistent + the step's lower bound
+    lower_bound_bytes: int  # the step's lower bound: persistent + the arena's lower bound
     live_tensors_at_peak: int
     peak_position: int  # in the replay order
     peak_operation: str  # "layer:Op" at the peak
@@ -75,6 +75,7 @@ def plan(
     budget=None,
     step_args=None,
     tensors=False,
+    progress=None,
 ):
     """A StepPlan for training `model` (a new, uninitialised Model: it is compiled on a
     planning device) on batches of `input_shape` (batch first) with class-id labels.
@@ -83,7 +84,11 @@ def plan(
     they are checked as compile checks them. `step_args`: the arguments of train_one_batch
     after x and y (default: see the module's docstring).
     `tensors`: keep every technique's tensors in its timeline (``timeline.tensors``, what
-    the memory viewer shows; for a deep network, many rows)."""
+    the memory viewer shows; for a deep network, many rows).
+    `progress`: None, or a function called with the name of each stage as it starts,
+    "recording" and then each technique's (a deep network takes seconds to minutes: nnmem plan
+    shows them)."""
+    progress = progress or _no_progress
     _check_new(model)
     if offload == "dyn" and budget is None:
         offload = "all"  # no budget to fit: what "dyn" plans when no policy fits
@@ -92,6 +97,7 @@ def plan(
     dev = device.create_planning_device()
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     step_args = _step_args(model, step_args)
+    progress("recording")
     model.compile([tx], is_train=True, use_graph=True, sequential=sequential)
     tx.set_value(0)  # written, so that reading them is allowed (a planning device only allocates)
     ty.set_value(0)
@@ -109,6 +115,7 @@ def plan(
             ("all three", True, recompute, offload),
         ]
     for name, recycle, recompute_policy, offload_policy in variants:
+        progress(name)
         with dev.recycling(recycle):
             if offload_policy == "dyn":
                 offload_policy = step.choose_offload(sequential, recompute_policy, budget) or "all"
@@ -162,6 +169,10 @@ def smallest_pool(
     model.eval()
     model(tx)
     return dev.memory_stats()["high_water_bytes"]
+
+
+def _no_progress(stage):
+    """plan()'s `progress` when none is given: the stages go unreported."""
 
 
 def _step_args(model, step_args):

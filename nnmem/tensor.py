@@ -17,6 +17,10 @@ float64 = np.dtype(np.float64)
 int32 = np.dtype(np.int32)
 _DTYPES = (float16, float32, float64, int32, np.dtype(np.int64))  # int64: internal counters
 
+#: A tensor of at most this many elements shows its values in repr (NumPy and PyTorch print up
+#: to 1,000 in full); a larger one shows its shape only, without copying its bytes.
+REPR_ELEMENTS = 1000
+
 
 def check_dtype(dtype):
     """`dtype` as a NumPy dtype, or a TypeError when nnmem tensors cannot hold it."""
@@ -206,8 +210,54 @@ class Tensor:
     # (the operators sit above this module, which cannot import them).
 
     def __repr__(self):
-        name = f" {self.name}" if self.name else ""
-        return f"<Tensor{name} shape={self.shape} dtype={self.dtype} on {self.device.name}>"
+        """``Tensor([2.3026], dtype=float32, device=cpu)``: the values of a written tensor of at
+        most REPR_ELEMENTS elements, as NumPy prints them (4 decimals, as PyTorch); otherwise
+        ``Tensor(shape=..., dtype=..., device=..., <why no values>)``: a larger tensor, one
+        nothing wrote yet, one its graph-mode step is recording, one on a planning device.
+
+        It never allocates, never runs a kernel and never raises: it reads only bytes that are
+        there and written, and only when no other thread's step holds the device."""
+        try:
+            values, why_not = _values_for_repr(self)
+        except Exception as e:  # a device that failed: say so, as a repr cannot raise
+            values, why_not = None, f"values unreadable ({type(e).__name__})"
+        # getattr: a debugger shows the `self` of an __init__ that failed half-way, too
+        about = (
+            f"dtype={getattr(self, 'dtype', None)}, "
+            f"device={getattr(getattr(self, 'device', None), 'name', None)}"
+        )
+        if getattr(self, "name", None):
+            about += f", name={self.name!r}"
+        if values is None:
+            return f"Tensor(shape={getattr(self, 'shape', None)}, {about}, {why_not})"
+        text = np.array2string(
+            values, precision=4, separator=", ", prefix="Tensor(", threshold=REPR_ELEMENTS
+        )
+        return f"Tensor({text}, {about})"
+
+
+def _values_for_repr(t):
+    """(a host copy of `t`'s values, None), or (None, why it has none to show): Tensor.__repr__.
+    The device's lock is only tried: a repr never waits for another thread's step."""
+    dev, block = t.device, t.block
+    if not dev.runs_kernels:
+        return None, "no values on a planning device"
+    if block.offset is None:
+        if block.host is not None:  # reading would fetch it back: an allocation
+            return None, "evicted to host memory by the tensor cache"
+        if dev.recorder is not None:
+            return None, "no value yet: made by the step graph mode is recording"
+        if dev.dry_run:
+            return None, "no value: made by compile's shape-only pass"
+        return None, "unwritten"
+    if t.size() > REPR_ELEMENTS:
+        return None, f"{t.size()} elements, not printed: tensor.to_numpy(t) reads them"
+    if not dev.lock.acquire(blocking=False):
+        return None, "values not read: another thread's step is running on the device"
+    try:
+        return dev.to_host(t), None
+    finally:
+        dev.lock.release()
 
 
 def _lossless(a, dtype):

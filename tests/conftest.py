@@ -1,14 +1,44 @@
-"""Shared test settings: Hypothesis without deadlines (JIT compilation is slow the first time),
-autograd's training flag restored after every test, and the `device` fixture."""
+"""Shared test settings: Hypothesis without deadlines (JIT compilation is slow the first time)
+and how hard it searches (NNMEM_PROPERTIES), autograd's training flag restored after every test,
+and the `device` fixture."""
+
+import os
 
 import pytest
 from hypothesis import settings
+from property_counts import COUNTS
 
 from nnmem import autograd
 from nnmem import device as device_module
 
-settings.register_profile("nnmem", deadline=None)
-settings.load_profile("nnmem")
+# The Hypothesis profiles, chosen by the environment variable NNMEM_PROPERTIES. Unset: "nnmem",
+# 100 examples a test and runs of 60 steps for a state machine: fast enough for CI (all the
+# property tests: about 20 seconds on 2 cores). "deep": 10 times the examples, runs of 100 steps,
+# for `NNMEM_PROPERTIES=deep python -m pytest -m properties`: about 200,000 random operations
+# of the pool's state machine alone, under 3 minutes in all on 2 cores. A property test sizes
+# itself from the loaded profile (settings.default), so both reach it.
+settings.register_profile("nnmem", deadline=None, stateful_step_count=60)
+settings.register_profile(
+    "nnmem-deep", settings.get_profile("nnmem"), max_examples=1000, stateful_step_count=100
+)
+PROPERTY_PROFILES = {"": "nnmem", "deep": "nnmem-deep"}
+
+
+def pytest_configure(config):
+    choice = os.environ.get("NNMEM_PROPERTIES", "")
+    if choice not in PROPERTY_PROFILES:
+        raise pytest.UsageError(
+            f"NNMEM_PROPERTIES={choice!r} is not a profile: set it to 'deep', or unset it"
+        )
+    settings.load_profile(PROPERTY_PROFILES[choice])
+
+
+def pytest_terminal_summary(terminalreporter):
+    """What the property tests checked (tests/property_counts.py), when any ran."""
+    if COUNTS:
+        profile = settings.get_current_profile_name()
+        figures = ", ".join(f"{n:,} {kind}" for kind, n in sorted(COUNTS.items()))
+        terminalreporter.write_line(f"property tests ({profile} profile): {figures}")
 
 
 @pytest.fixture(autouse=True)

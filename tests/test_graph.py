@@ -337,7 +337,7 @@ def test_the_resnet20_plan_is_at_its_lower_bound():
     """bench/graph.py shows arena == LB on ResNet-20, batch 32: a planner that wastes a gap
     (say `gap > size` for `gap >= size`) grows the arena by a few percent."""
     summary = planned_step("resnet", (32, 3, 32, 32), {"depth": 20}).memory_summary()  # BFS
-    assert summary["arena_bytes"] == summary["lower_bound_bytes"] > 20 * 2**20
+    assert summary["arena_bytes"] == summary["arena_lower_bound_bytes"] > 20 * 2**20
 
 
 class WithConstant(model.Model):
@@ -401,3 +401,66 @@ def test_a_planning_device_replays_with_new_input_tensors_without_bytes():
         y.set_value(0)
         m(x, y)
     assert len(m._graphs) == 1
+
+
+def test_recycle_switch_in_graph_mode_replans_to_the_baseline_and_back():
+    """The README's graph-mode snippet: a compiled CNN step; ``dev.recycle = False`` makes the
+    next replay plan the baseline (every block kept until the step ends: the peak an eager
+    step with recycling off measures), ``dev.recycle = True`` the liveness plan again. The
+    numbers never change."""
+    shape = (8, 1, 28, 28)
+    data = batches(shape, 7)
+    eager = device.create_cpu_device("256MiB")
+    eager.recycle = False
+    eager_model = create_model("cnn")
+    _, _, _, ex, ey = train(eager_model, data[:2], use_graph=False, dev=eager)
+    eager.reset_peak_memory_stats()  # a step once the optimizer has its momentum
+    eager_model(ex, ey)
+    baseline_peak = eager.memory_stats()["allocated_bytes.peak"]
+
+    m = create_model("cnn")
+    losses, _, dev, tx, ty = train(m, data[:2], use_graph=True)
+
+    def step(x, y):
+        dev.reset_peak_memory_stats()
+        tx.copy_from_numpy(x)
+        ty.copy_from_numpy(y)
+        _, loss = m(tx, ty)
+        losses.append(tensor.to_numpy(loss)[0])
+        return dev.memory_stats()["allocated_bytes.peak"]
+
+    planned = step(*data[2])
+    resident = dev.memory_stats()["allocated_bytes.current"]
+    dev.recycle = False
+    assert step(*data[3]) == step(*data[4]) == baseline_peak > planned
+    compiled = m.compiled_step(tx, ty)
+    assert not compiled.recycle
+    assert compiled.memory_summary()["arena_bytes"] == sum(s.nbytes for s in compiled.slots)
+    dev.recycle = True
+    step(*data[5])  # replans; the baseline's arena goes back to the pool during this step
+    assert compiled.recycle
+    assert dev.memory_stats()["allocated_bytes.current"] == resident
+    assert step(*data[6]) == planned
+    states = {k: tensor.to_numpy(v) for k, v in m.get_states().items()}
+    assert_identical((losses, states), train(create_model("cnn"), data, use_graph=True))
+
+
+def test_a_baseline_that_does_not_fit_is_refused_and_the_plan_stays():
+    """Recycling switched off where the baseline plan does not fit the pool: the replay raises
+    OutOfMemory saying why, changes nothing, and the step keeps its plan."""
+    from nnmem.memory import OutOfMemory
+
+    data = batches((8, 1, 28, 28), 3)
+    m = create_model("cnn")
+    _, _, dev, tx, ty = train(m, data[:2], use_graph=True, pool="9MiB")  # 6.7 MiB; baseline 10.9
+    before = {k: tensor.to_numpy(v).copy() for k, v in m.get_states().items()}
+    compiled = m.compiled_step(tx, ty)
+    dev.recycle = False
+    with pytest.raises(OutOfMemory) as raised:
+        m(tx, ty)
+    assert "recycling was switched off" in "\n".join(raised.value.__notes__)
+    assert compiled.recycle and m.compiled_step(tx, ty) is compiled
+    for k, v in m.get_states().items():
+        np.testing.assert_array_equal(tensor.to_numpy(v), before[k], err_msg=k)
+    dev.recycle = True
+    m(tx, ty)

@@ -103,7 +103,7 @@ def test_layers_are_the_longest_paths_and_need_no_recursion():
 
 
 def test_drawing_has_one_marker_per_operation():
-    pytest.importorskip("matplotlib", reason="drawing needs matplotlib: pip install 'nnmem[plot]'")
+    pytest.importorskip("matplotlib", reason="drawing needs matplotlib: pip install matplotlib")
     from matplotlib.collections import PathCollection
     from matplotlib.figure import Figure
 

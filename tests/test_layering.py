@@ -9,7 +9,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: Top to bottom, as docs/ARCHITECTURE.md draws them.
 LAYERS = [
-    ("command line", ["nnmem.cli"]),
+    ("command line", ["nnmem.cli", "nnmem.__main__"]),
     ("models, data, whole-step tools", ["nnmem.models", "nnmem.data", "nnmem.planning",
                                         "nnmem.measure"]),
     ("SINGA's user API", ["nnmem.model", "nnmem.step_options", "nnmem.step_cache", "nnmem.undo",
@@ -24,7 +24,8 @@ LAYERS = [
     ("device", ["nnmem.device", "nnmem.devices"]),
     ("bounded zip reading, atomic writing", ["nnmem.zip_io"]),  # its messages: format_bytes
     ("memory", ["nnmem.memory"]),
-    ("leaves", ["nnmem.kernels", "nnmem.interrupts", "nnmem.search", "nnmem.regular_file"]),
+    ("leaves", ["nnmem.kernels", "nnmem.interrupts", "nnmem.search", "nnmem.regular_file",
+                "nnmem.version"]),
 ]  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """The arena layout is a pure function: checked here on random lifetimes, no device."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ def slots(draw):
     return sizes, ranges
 
 
+@pytest.mark.properties
 @given(slots())
 def test_live_slots_never_overlap_and_the_arena_is_at_least_the_bound(case):
     sizes, ranges = case
@@ -51,6 +53,7 @@ def test_check_layout_catches_an_overlap():
         check_layout([1024, 1024], [(0, 2), (1, 3)], [0, 512])
 
 
+@pytest.mark.properties
 @given(slots())
 def test_the_simulated_allocators_layout_is_valid_too(case):
     from nnmem.memory.layout import simulate

@@ -3,17 +3,25 @@
 The allocator-fuzzer idea (as in tinygrad's): every block gets its own byte pattern
 on alloc, and the pattern must still be intact when the block is freed and after
 every step. Overlapping blocks, a split in the wrong place or a bad coalesce shows
-up as a clobbered pattern, not only as a broken counter.
+up as a clobbered pattern, not only as a broken counter. A budget (Model.compile's
+budget=...) comes and goes between the calls too.
+
+Run them with `python -m pytest -m properties` (NNMEM_PROPERTIES=deep: a longer search,
+see tests/conftest.py); tests/test_property_mutants.py checks that they catch a broken pool.
 """
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from property_counts import count
 
 from nnmem.memory.errors import OutOfMemory
 from nnmem.memory.pool import ALIGNMENT, Pool
 from nnmem.memory.storage import HostStorage
+
+pytestmark = pytest.mark.properties
 
 A = ALIGNMENT
 
@@ -33,13 +41,20 @@ def expected_choice(free_segments, need, policy):
     return min(fits, key=lambda s: (s[1], s[0]))[0]
 
 
+def budget_left(free, allocated, budget):
+    """The bytes a pool may still hand out: its free bytes, or fewer under a budget."""
+    return free if budget is None else max(min(free, budget - allocated), 0)
+
+
 class PoolMachine(RuleBasedStateMachine):
+    pool_class = Pool  # the allocator under test (the mutation tests swap in broken copies)
+
     @initialize(
         capacity=st.integers(4 * 1024, 64 * 1024),
         policy=st.sampled_from(["best_fit", "first_fit"]),
     )
     def setup(self, capacity, policy):
-        self.pool = Pool(capacity, policy=policy)
+        self.pool = self.pool_class(capacity, policy=policy)
         self.storage = HostStorage(self.pool.capacity, self.pool.alignment)  # the bytes
         self.policy = policy
         self.cap = capacity - capacity % A
@@ -48,9 +63,13 @@ class PoolMachine(RuleBasedStateMachine):
         self.allocs = self.frees = 0
         self.peak = 0
         self.high_water = 0
+        self.budget = None  # Pool.budget: the most bytes allocated at once (None: no limit)
 
     def allocated(self):
         return sum(size for _, size, _, _ in self.live.values())
+
+    def count(self):
+        count("pool operations")
 
     @rule(data=st.data())
     def alloc(self, data):
@@ -62,23 +81,43 @@ class PoolMachine(RuleBasedStateMachine):
             ),
             label="nbytes",
         )
+        self.allocate(nbytes)
+
+    @rule(size=st.sampled_from([A, 2 * A, 3 * A]), blocks=st.integers(2, 6))
+    def alloc_alike(self, size, blocks):
+        """Several blocks of one size in a row, as a layer's tensors of one shape: their frees
+        leave holes of equal sizes, between which best fit's tie-break (lowest offset) decides."""
+        for _ in range(blocks):
+            self.allocate(size)
+
+    def allocate(self, nbytes):
         need = -(-max(nbytes, 1) // A) * A
         free_before = [(off, size) for off, size, is_free in self.pool.segments() if is_free]
         want = expected_choice(free_before, need, self.policy)
+        over_budget = self.budget is not None and self.allocated() + need > self.budget
         owner = f"block #{self.tag}"
+        self.count()
         try:
             off = self.pool.alloc(nbytes, owner=owner)
         except OutOfMemory as e:
-            # The pool may only refuse when indeed no free segment is large enough.
-            assert want is None, f"OOM although segment {want} fits {need} bytes"
+            # The pool may only refuse when indeed no free segment is large enough, or the
+            # budget would be passed. The error says what was left: as the budget counts it
+            # when the budget refused, else what the pool has (no segment is large enough).
+            assert over_budget or want is None, f"OOM although segment {want} fits {need} bytes"
             assert e.request == need and e.nbytes == nbytes
-            assert e.largest_free_block == max((s for _, s in free_before), default=0) < need
-            assert e.free_bytes == self.cap - self.allocated()
+            free, largest = self.cap - self.allocated(), max((s for _, s in free_before), default=0)
+            if over_budget:
+                free = budget_left(free, self.allocated(), self.budget)
+                largest = min(largest, free)
+            assert (e.free_bytes, e.largest_free_block) == (free, largest), "OOM's figures"
+            assert e.capacity == (self.budget if over_budget else self.cap), "OOM's capacity"
+            assert e.largest_free_block < need, "OOM although the largest free block fits"
             return
+        assert not over_budget, f"{need} bytes allocated past the budget of {self.budget}"
         assert off == want, f"{self.policy} picked {off}, expected {want}"
-        assert off not in self.live
+        assert off not in self.live, f"offset {off} handed out twice"
         size = self.pool.size_of(off)
-        assert size == need
+        assert size == need, f"a block of {size} bytes for a request of {need}"
         self.storage.view(off, size)[:] = pattern(self.tag, size)  # the whole rounded block
         self.live[off] = (self.tag, size, nbytes, owner)
         self.tag += 1
@@ -94,6 +133,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert np.array_equal(self.storage.view(off, size), pattern(tag, size)), (
             f"block #{tag} clobbered"
         )
+        self.count()
         self.pool.free(off)
         self.frees += 1
 
@@ -103,6 +143,7 @@ class PoolMachine(RuleBasedStateMachine):
         off = data.draw(st.sampled_from(sorted(self.live)), label="offset")
         size = self.live[off][1]
         if size > A:  # an offset inside a live block is not a block start
+            self.count()
             try:
                 self.pool.free(off + A)
             except ValueError:
@@ -112,9 +153,18 @@ class PoolMachine(RuleBasedStateMachine):
 
     @rule()
     def reset_peak(self):
+        self.count()
         self.pool.reset_peak()
         self.peak = self.allocated()
         self.high_water = max((off + v[1] for off, v in self.live.items()), default=0)
+
+    @rule(data=st.data())
+    def set_budget(self, data):
+        """A budget, as Device.set_memory_budget sets it: any byte count, even below what is
+        allocated now (then nothing more fits until enough is freed), or none."""
+        self.budget = data.draw(st.none() | st.integers(0, self.cap), label="budget")
+        self.count()
+        self.pool.budget = self.budget
 
     # -- invariants, checked after every step --------------------------------
 
@@ -147,9 +197,11 @@ class PoolMachine(RuleBasedStateMachine):
         free_sizes = [size for _, size, is_free in segs if is_free]
         allocated = self.allocated()
         assert s["allocated_bytes.current"] == allocated
-        assert s["allocated_bytes.current"] + s["free_bytes"] == s["reserved_bytes"] == self.cap
-        assert s["free_bytes"] == sum(free_sizes)
-        assert s["largest_free_block"] == max(free_sizes, default=0)
+        assert allocated + sum(free_sizes) == s["reserved_bytes"] == self.cap
+        assert s["budget_bytes"] == self.budget
+        left = budget_left(sum(free_sizes), allocated, self.budget)
+        assert s["free_bytes"] == left
+        assert s["largest_free_block"] == min(max(free_sizes, default=0), left)
         assert s["free_segments"] == len(free_sizes)
         assert s["requested_bytes.current"] == sum(v[2] for v in self.live.values())
         assert s["num_allocs"] == self.allocs and s["num_frees"] == self.frees
@@ -162,10 +214,12 @@ class PoolMachine(RuleBasedStateMachine):
         assert {b[0]: b[2] for b in live} == {off: v[3] for off, v in self.live.items()}
 
 
+# Half as many examples again as the profile's (150 of 60 steps in CI): each is cheap, and the
+# pool is what every other part of nnmem stands on. No deadline, whatever the profile: tutorial
+# 00 imports this module before pytest loads one.
 PoolMachine.TestCase.settings = settings(
     deadline=None,
-    max_examples=150,
-    stateful_step_count=60,
+    max_examples=settings.default.max_examples * 3 // 2,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestPoolMachine = PoolMachine.TestCase

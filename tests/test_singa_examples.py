@@ -5,8 +5,9 @@
 (b) Each example that runs at a small size is run as SINGA's users run it, in a subprocess,
     on stand-in data (examples/singa/README.md), with NNMEM_CUDA_FALLBACK=cpu for the GPU it
     hard-codes: it must exit with 0 and its printed loss must fall.
-    NumPy 2.4 and later refuse the print of the loss in three of them (the test extra pins
-    numpy<2.4); under such a NumPy those are an xfail only when they die exactly there.
+    NumPy 2.4 and later refuse the print of the loss in three of them (the examples and test
+    extras pin numpy<2.4); under such a NumPy those are an xfail only when they die exactly
+    there. (tests/test_readme_example.py checks that the examples' install brings such a NumPy.)
 """
 
 import hashlib
@@ -136,6 +137,8 @@ NUMBER = r"([-+\d.eE]+|nan|inf)"
 #: the first print of the loss, and the script died of it.
 NUMPY_REFUSES = "TypeError: only 0-dimensional arrays can be converted to Python scalars"
 NUMPY_REFUSES_PRINTS = np.lib.NumpyVersion(np.__version__) >= "2.4.0"
+#: what examples/singa/README.md installs for them
+EXTRA = "pip install '.[examples]' installs a NumPy they run with"
 
 
 def example(name, command, pattern, stdin="", prints_arrays=False):
@@ -181,7 +184,7 @@ def test_an_example_trains(command, pattern, stdin, prints_arrays, data, request
     status, output = run([sys.executable, str(EXAMPLES / command[0]), *command[1:]], data, stdin)
     if prints_arrays and NUMPY_REFUSES_PRINTS and output.rstrip().endswith(NUMPY_REFUSES):
         assert re.search(r"print\('(Training loss|training erroraverage) = %f", output), output
-        pytest.xfail(f"NumPy {np.__version__} refuses the script's print of its loss")
+        pytest.xfail(f"NumPy {np.__version__} refuses the script's print of its loss: {EXTRA}")
     assert status == 0, output[-3000:]
     found = losses(pattern, output)
     assert len(found) >= 2 and all(map(math.isfinite, found)), output[-3000:]
@@ -210,7 +213,7 @@ def test_singas_mpi_program_trains_on_two_ranks(data, dist_option):
         [launcher, "-n", "2", sys.executable, str(EXAMPLES / script[0]), *script[1:]], data
     )
     if NUMPY_REFUSES_PRINTS and output.rstrip().endswith(NUMPY_REFUSES):
-        pytest.xfail(f"NumPy {np.__version__} refuses the script's print of its loss")
+        pytest.xfail(f"NumPy {np.__version__} refuses the script's print of its loss: {EXTRA}")
     assert status == 0, output[-3000:]
     found = losses(TRAIN_CNN, output)
     assert len(found) == 2 and found[-1] < found[0], output[-3000:]  # rank 0 alone prints

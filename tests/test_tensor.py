@@ -134,3 +134,122 @@ def test_error_texts_name_the_tensor_and_devices_print_apart(dev):
     assert "into tensor input of dtype int32" in str(e.value)
     other = device.create_cpu_device("1MiB")
     assert repr(dev) != repr(other) and repr(other).startswith("<Device cpu:")
+
+
+# -- repr: values as NumPy prints them, and never a read that could allocate or fail ---------
+def test_repr_shows_the_values_of_a_small_written_tensor(dev):
+    loss = tensor.from_numpy(np.array([np.log(10)], np.float32), dev)
+    assert repr(loss) == "Tensor([2.3026], dtype=float32, device=cpu)"
+    ids = tensor.from_numpy(np.arange(6).reshape(2, 3), dev)
+    assert repr(ids) == "Tensor([[0, 1, 2],\n        [3, 4, 5]], dtype=int32, device=cpu)"
+    named = tensor.Tensor((2,), dev, name="b").set_value(0.5)
+    assert repr(named) == "Tensor([0.5, 0.5], dtype=float32, device=cpu, name='b')"
+
+
+def test_repr_of_a_training_step_s_loss_in_eager_and_graph_mode():
+    from training import batches, train
+
+    from nnmem.models import create_model
+
+    for use_graph in (False, True):
+        m = create_model("mlp", hidden=(8,))
+        _, _, _, tx, ty = train(m, batches((4, 1, 4, 4), 1), use_graph, pool="16MiB")
+        _, loss = m(tx, ty)
+        value = tensor.to_numpy(loss)[0]
+        assert repr(loss) == f"Tensor([{value:.4f}], dtype=float32, device=cpu)"
+
+
+def test_repr_of_a_large_tensor_shows_its_shape_without_reading_it(dev, monkeypatch):
+    big = tensor.Tensor((40, 40), dev).set_value(1.0)
+    monkeypatch.setattr(dev, "to_host", lambda *a: pytest.fail("repr read a large tensor"))
+    assert repr(big) == (
+        "Tensor(shape=(40, 40), dtype=float32, device=cpu, 1600 elements, not printed: "
+        "tensor.to_numpy(t) reads them)"
+    )
+
+
+def test_repr_of_an_unwritten_tensor_neither_allocates_nor_raises(dev):
+    t = tensor.Tensor((3,), dev)
+    assert repr(t) == "Tensor(shape=(3,), dtype=float32, device=cpu, unwritten)"
+    assert allocated(dev) == 0 and t.block.offset is None
+
+
+def test_repr_on_a_planning_device_says_it_has_no_values():
+    planning = device.create_planning_device()
+    t = tensor.Tensor((2,), planning).set_value(1.0)  # allocated there, never computed
+    assert repr(t).endswith("device=planning, no values on a planning device)")
+
+
+def test_repr_while_graph_mode_records_the_step_says_so():
+    from nnmem import layer, model, opt
+
+    seen = []
+
+    class Printing(model.Model):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.loss = layer.Linear(3), layer.SoftMaxCrossEntropy()
+
+        def forward(self, x):
+            return self.fc(x)
+
+        def train_one_batch(self, x, y):
+            loss = self.loss(self.forward(x), y)
+            seen.append(repr(loss))  # while recording: no value, and no error
+            self.optimizer(loss)
+            return loss
+
+    dev = device.create_cpu_device("1MiB")
+    m = Printing()
+    m.set_optimizer(opt.SGD(lr=0.1))
+    tx = tensor.from_numpy(np.ones((2, 4), np.float32), dev)
+    ty = tensor.from_numpy(np.array([0, 2]), dev)
+    m.compile([tx], is_train=True, use_graph=True)
+    loss = m(tx, ty)
+    assert seen == [
+        "Tensor(shape=(1,), dtype=float32, device=cpu, no value yet: made by the step graph "
+        "mode is recording)"
+    ]
+    assert repr(loss) == f"Tensor([{tensor.to_numpy(loss)[0]:.4f}], dtype=float32, device=cpu)"
+
+
+def test_repr_never_waits_for_another_thread_s_step_and_never_raises(dev, monkeypatch):
+    import threading
+
+    t = tensor.Tensor((2,), dev).set_value(1.0)
+    held, done = threading.Event(), threading.Event()
+
+    def step_on_another_thread():
+        with dev.lock:
+            held.set()
+            done.wait(timeout=10)  # a repr that waited would read after this: the test fails
+
+    worker = threading.Thread(target=step_on_another_thread)
+    worker.start()
+    held.wait()
+    try:
+        assert repr(t).endswith("values not read: another thread's step is running on the device)")
+    finally:
+        done.set()
+        worker.join()
+
+    def broken(*args):
+        raise RuntimeError("the device is gone")
+
+    monkeypatch.setattr(dev, "to_host", broken)
+    assert repr(t).endswith("values unreadable (RuntimeError))")
+    assert repr(tensor.Tensor.__new__(tensor.Tensor)).startswith("Tensor(shape=None")
+
+
+def test_repr_of_a_tensor_the_tensor_cache_evicted_does_not_fetch_it_back(dev):
+    from nnmem.memory.cache import TensorCache
+
+    dev.set_memory_budget(None, TensorCache(dev, "all"))
+    with dev.step():  # made during a step: a candidate for eviction
+        t = tensor.from_numpy(np.arange(4, dtype=np.float32), dev)
+        dev.cache.consider("test", [t.block])
+        dev.cache._copy_out(dev.cache.resident.pop(id(t.block)))
+        dev.cache._settle(id(t.block), keep_on_device=False)
+    before = allocated(dev)
+    assert repr(t).endswith("evicted to host memory by the tensor cache)")
+    assert t.block.offset is None and allocated(dev) == before

@@ -203,9 +203,13 @@ def test_train_writes_the_viewer(trained_page, capsys):
 
 
 def bound(technique):
-    """A planned technique's lower bound, as nnmem plan prints it: persistent bytes + the
-    arena's lower bound."""
-    return technique["tensors"]["persistent_bytes"] + technique["tensors"]["lower_bound_bytes"]
+    """A planned technique's lower bound, as the page shows it (its Timeline's): persistent
+    bytes + the arena's lower bound (the most intermediate bytes live at once)."""
+    tensors = technique["tensors"]
+    assert technique["lower_bound_bytes"] == (
+        tensors["persistent_bytes"] + tensors["arena_lower_bound_bytes"]
+    )
+    return technique["lower_bound_bytes"]
 
 
 def test_plan_writes_the_viewer_of_every_technique(tmp_path, capsys):
@@ -239,11 +243,20 @@ def test_plan_writes_the_viewer_of_every_technique(tmp_path, capsys):
     assert all(t["tensors"] for t in data["techniques"]) and data["selected"] == "liveness"
     # the same step as the printed table: its techniques' peaks (the pool's: persistent bytes
     # and the whole arena, its gaps included) and lower bounds
-    rows = re.findall(r"^  (\S.*?)\s{2,}(\d+\.\d \S+)\s+(\d+\.\d \S+)\s", out, re.M)
-    assert [
-        (t["label"], format_bytes(t["peak_bytes"]), format_bytes(bound(t)))
-        for t in data["techniques"]
-    ] == rows
+    size = r"[\d,]+(?:\.\d+)? (?:B|KiB|MiB|GiB)"
+    rows = re.findall(rf"^  (\S.*?)\s{{2,}}({size})\s+({size})\s", out, re.M)
+    assert [label for label, _, _ in rows] == [t["label"] for t in data["techniques"]]
+    for (_, peak, lower_bound), t in zip(rows, data["techniques"]):
+        assert reads_as(peak, t["peak_bytes"]) and reads_as(lower_bound, bound(t)), rows
+
+
+def reads_as(text, n):
+    """Whether a size the table prints as `text` ("8.56 MiB", "1,024.0 KiB", "512 B") is `n`
+    bytes, rounded to the decimals printed."""
+    number, unit = text.split()
+    scale = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[unit]
+    decimals = len(number.partition(".")[2])
+    return f"{n / scale:,.{decimals}f}" == number
 
 
 def test_plan_after_a_search_writes_the_viewer_of_what_it_found(tmp_path, capsys):
@@ -294,9 +307,7 @@ def test_out_of_memory_says_how_to_open_the_viewer(capsys, tmp_path):
     argv = ["train", "--model", "mlp", "--epochs", "1", "--max-batches", "1", "--pool", "256KiB"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    note = re.search(
-        r"^nnmem train: to see which tensors .* in a browser: (nnmem plan .*)$", err, re.M
-    )
+    note = re.search(r"to see which tensors .* in a browser: (nnmem plan .*)$", err, re.M)
     command = note[1]
     assert command == "nnmem plan --model mlp --batch 64 --input 1x28x28 --timeline oom.html"
     path = tmp_path / "oom.html"

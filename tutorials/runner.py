@@ -13,6 +13,7 @@ claims its text makes, in the fresh run and in the stored outputs.
 
 import argparse
 import pathlib
+import tempfile
 
 #: Seconds one cell may run before the run is stopped (the slowest cell, a recomputation
 #: search in tutorial 03, takes about a minute on a busy 2-core machine).
@@ -31,15 +32,39 @@ def execute(path):
         ) from e
     path = pathlib.Path(path)
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        notebook,
-        timeout=CELL_TIMEOUT_S,
-        kernel_name="python3",
-        record_timing=False,  # no timestamps in the stored notebook: a re-run changes only outputs
-        resources={"metadata": {"path": str(path.resolve().parent)}},
-    )
-    client.execute()
+    with tempfile.TemporaryDirectory(prefix="nnmem-kernel-") as sockets:
+        client = NotebookClient(
+            notebook,
+            timeout=CELL_TIMEOUT_S,
+            kernel_name="python3",
+            record_timing=False,  # no timestamps stored: a re-run changes only the outputs
+            resources={"metadata": {"path": str(path.resolve().parent)}},
+            config=_local_transport(sockets),
+        )
+        client.execute()
     return notebook
+
+
+def _local_transport(folder):
+    """The kernel manager's settings: talk to the kernel over Unix sockets in `folder`.
+
+    Jupyter's default transport is TCP on localhost, and ipykernel then warns on stderr that
+    anyone on the machine could read the traffic ("Kernel is running over TCP without
+    encryption"). The kernel here is this process's child and never leaves the machine, so
+    Unix sockets (ZeroMQ's "ipc" transport), which the warning itself recommends, are the right
+    channel: files in a private temporary folder (mode 0700), gone when the run ends. Where
+    ZeroMQ has no ipc transport (some Windows builds), TCP and its warning remain.
+    """
+    import zmq
+    from traitlets.config import Config
+
+    config = Config()
+    if zmq.has("ipc"):
+        config.KernelManager.transport = "ipc"
+        # the sockets are the files `<ip>-<port>`; without an explicit path they would land in
+        # the kernel's working folder, tutorials/
+        config.KernelManager.ip = str(pathlib.Path(folder) / "kernel")
+    return config
 
 
 def printed(cell):

@@ -9,6 +9,11 @@ Softmax is numerically stable: each row subtracts its maximum before ``exp``, an
 -log softmax[label] is evaluated as log(sum exp(x - max)) - (x[label] - max), so
 log(0) is never taken. No kernel allocates or needs a workspace; ``prob`` / ``err``
 are outputs of the forward kernel kept for the backward kernel.
+
+Class ids are int32 or int64; one-hot or soft targets (N, C) are int32, int64, float32 or
+float64 (SINGA's Model documentation fills an int32 tensor with one-hot rows), each promoted to
+float64 where it enters the sums, so every dtype of the same labels gives the same numbers. The
+CUDA twins (kernels/cuda/loss.py) take the same forms.
 """
 
 import math

@@ -13,6 +13,11 @@ needs no second pass and no scratch memory. Deterministic: a fixed split and a f
 The backward kernels are elementwise (one thread per element of dx), except the one-hot one,
 which gives a warp to each row to sum its targets first.
 
+Targets take every form the CPU kernels take: class ids (int32 or int64), and one-hot or soft
+rows (N, C) of int32, int64, float32 or float64, whatever the logits' float type: SINGA's Model
+documentation fills an int32 tensor with one-hot rows. Both backends compute with each target
+promoted to float64, so the same labels in any of these dtypes give the same numbers.
+
 Labels (int32 or int64 class ids) outside [0, C) cannot raise on the GPU as they do on the CPU
 (a kernel cannot raise, and the host never reads device memory): the forward kernel adds NaN
 for such a row, so ``loss`` becomes NaN, and the backward kernel writes NaN into that row of dx.
@@ -39,12 +44,14 @@ from ._launch import (
 )
 from .reduce import block_sum
 
-_LABELS = ("int32[::1]", "int64[::1]")
+_LABELS = ("int32[::1]", "int64[::1]")  # class ids
+_TARGET_DTYPES = ("int32", "int64", "float32", "float64")  # one-hot or soft rows
+_TARGETS = tuple(f"{dtype}[:, ::1]" for dtype in _TARGET_DTYPES)
 
 
-def _with_labels(template):
-    """The template's signature for float32/float64 arrays and int32/int64 labels."""
-    return tuple(s for lab in _LABELS for s in each_float(template.replace("{L}", lab)))
+def _with_labels(template, labels=_LABELS):
+    """The template's signature for float32/float64 arrays and each of `labels` for {L}."""
+    return tuple(s for lab in labels for s in each_float(template.replace("{L}", lab)))
 
 
 # prob[r] = softmax(x[r]), returning (row max, log of sum exp(x[r] - max)), for one thread: the
@@ -88,7 +95,7 @@ def _sce_backward_kernel(dx, dloss, prob, labels):
             dx[r, k] = (prob[r, k] - onehot) * g
 
 
-@kernel(*each_float(f"void({A1}, {A2}, {A2}, {A2})"))
+@kernel(*_with_labels(f"void({A1}, {A2}, {A2}, {{L}})", _TARGETS))
 def _sce_forward_onehot_kernel(loss, prob, x, t):
     """One block: thread j takes rows j, j+T, ...; the block sums -sum_k t log softmax."""
     buf = cuda.shared.array(REDUCE_THREADS, dtype=float64)
@@ -106,7 +113,7 @@ def _sce_forward_onehot_kernel(loss, prob, x, t):
         loss[0] = total / n
 
 
-@kernel(*each_float(f"void({A2}, {A1}, {A2}, {A2})"))
+@kernel(*_with_labels(f"void({A2}, {A1}, {A2}, {{L}})", _TARGETS))
 def _sce_backward_onehot_kernel(dx, dloss, prob, t):
     """Block r (one warp): st = sum_k t[r, k] by a block sum, then dx[r, k] for k = lane,
     lane+32, ... = (prob * st - t) * dloss[0] / N."""
@@ -155,6 +162,15 @@ def _check_loss(name, loss, **arrays):
         raise ValueError(f"{name}: loss / dloss must have 1 element")
 
 
+def _check_targets(name, t):
+    """One-hot or soft targets: a 2-D device array of a dtype the kernels take."""
+    check_device(name, ndim=2, t=t)
+    if t.dtype.name not in _TARGET_DTYPES:
+        raise TypeError(
+            f"{name}: t has dtype {t.dtype}; targets are int32, int64, float32 or float64"
+        )
+
+
 def _check_labels(name, labels, n):
     check_device(name, ndim=1, labels=labels)
     if labels.dtype.name not in ("int32", "int64"):
@@ -189,18 +205,20 @@ def softmax_cross_entropy_backward(dx, dloss, prob, labels, *, stream=0):
 def softmax_cross_entropy_forward_onehot(loss, prob, x, t, *, stream=0):
     """loss[0] = -sum_{n,c} t[n,c] log softmax(x)[n,c] / N; prob = softmax(x).
     Writes loss, prob. One block."""
-    _check_loss("softmax_cross_entropy_forward_onehot", loss, prob=prob, x=x, t=t)
+    _check_loss("softmax_cross_entropy_forward_onehot", loss, prob=prob, x=x)
     if prob.shape != x.shape or t.shape != x.shape:
         raise ValueError("softmax_cross_entropy_forward_onehot: x, prob, t must all be (N,C)")
+    _check_targets("softmax_cross_entropy_forward_onehot", t)
     _sce_forward_onehot_kernel[1, REDUCE_THREADS, stream](loss, prob, x, t)
 
 
 def softmax_cross_entropy_backward_onehot(dx, dloss, prob, t, *, stream=0):
     """dx = (prob * sum_c t - t) * dloss[0] / N. Writes dx (N,C); dx may be prob.
     One warp per row."""
-    _check_loss("softmax_cross_entropy_backward_onehot", dloss, dx=dx, prob=prob, t=t)
+    _check_loss("softmax_cross_entropy_backward_onehot", dloss, dx=dx, prob=prob)
     if prob.shape != t.shape or dx.shape != t.shape:
         raise ValueError("softmax_cross_entropy_backward_onehot: dx, prob, t must all be (N,C)")
+    _check_targets("softmax_cross_entropy_backward_onehot", t)
     if prob.shape[0] > 0:
         _sce_backward_onehot_kernel[prob.shape[0], ROW_THREADS, stream](dx, dloss, prob, t)
 

@@ -1,3 +1,5 @@
+"""``python -m nnmem.cli``: the command line, as the ``nnmem`` command runs it."""
+
 import sys
 
 from nnmem.cli import main

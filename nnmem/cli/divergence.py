@@ -4,12 +4,14 @@ By the time a step's loss reads NaN, that step's update has already written NaN 
 parameters, so running the forward pass again would blame the very first layer. nnmem train
 therefore keeps a host copy of the model's states from before each step (StateCopy), puts it
 back when the loss is not finite, and runs that batch's forward pass again, eagerly, checking
-every layer's output as it is produced (first_nonfinite_layer).
+every layer's output as it is produced (first_nonfinite_layer). diverged() makes the error
+that stops the run from what it finds.
 """
 
 import numpy as np
 
 from nnmem.layer import Layer
+from nnmem.memory import OutOfMemory
 from nnmem.tensor import Tensor, to_numpy
 
 
@@ -28,6 +30,33 @@ class StateCopy:
     def restore(self):
         for name, t in self.tensors.items():
             t.copy_from_numpy(self.arrays[name])
+
+
+def diverged(args, model, before_step, tx, x, loss, epoch, step):
+    """The error that stops a run whose loss is NaN or Inf: the step, the first layer whose
+    output was not finite, and what to change. The model's states are put back as they were
+    before that step (its update wrote NaN into them), to find the layer and to stay so."""
+    where = f"the loss is {loss} at epoch {epoch + 1}, batch {step + 1}"
+    before_step.restore()
+    if not np.isfinite(x).all():
+        return FloatingPointError(
+            f"{where}: the input batch itself holds NaN or Inf values; "
+            f"check the data set ({args.data})"
+        )
+    try:
+        layer = first_nonfinite_layer(model, tx)
+    except OutOfMemory:
+        layer = "unknown (the pool has no room to run the forward pass again)"
+    finally:
+        before_step.restore()  # the pass moved BatchNorm's running statistics
+    culprit = (
+        f"the first layer whose output is not finite is {layer}"
+        if layer
+        else "every layer's output is finite, the loss itself is not"
+    )
+    return FloatingPointError(
+        f"{where}, and {culprit}: the run diverged; lower --lr (now {args.lr:g})"
+    )
 
 
 class _NotFinite(Exception):

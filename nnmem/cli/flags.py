@@ -1,7 +1,8 @@
 """What nnmem train and nnmem plan share about their flags: the step train runs when a flag is
-left out (its data, batch and ResNet depth), which models need images larger than the data
-holds, and the checks both commands make once they run (arguments.py checks each value as it
-is parsed; these check flags against each other, and against the model).
+left out (its model, data, batch and ResNet depth: nnmem plan plans that step), which models
+need images larger than the data holds, and the checks both commands make once they run
+(arguments.py checks each value as it is parsed; these check flags against each other, and
+against the model).
 
 Each check raises a UsageError, which the command line prints on one line, before any data
 is loaded or any step is built.
@@ -9,6 +10,8 @@ is loaded or any step is built.
 
 from nnmem.cli.arguments import UsageError
 
+#: The model both commands take without --model: SINGA's CNN, which trains on the digits.
+DEFAULT_MODEL = "cnn"
 #: The data nnmem train loads without --data, and one sample of each data set --data can load
 #: (nnmem.data.load): nnmem plan plans the step that nnmem train runs.
 DEFAULT_DATA = "digits"

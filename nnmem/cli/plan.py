@@ -2,14 +2,17 @@
 
 For baseline (every block kept until the step ends), liveness, liveness + recomputation,
 liveness + offload and all three (--offload picks the policy; none leaves them out) it
-prints the peak, the lower bound, the live tensors at the peak, the operation where the peak
-happens, the extra recomputed operations and the host memory offloading takes; with
---budget, which fit; with --find-depth / --find-batch, the deepest ResNet or the largest
-batch that fits; with --timeline FILE.html, the memory viewer of the planned techniques (a
-click on an operation lists the tensors live there), or with FILE.png their plot.
+prints the peak, the lower bound, the count of tensors live at the peak, the operation where
+the peak happens, the extra recomputed operations and the host memory offloading takes (the
+table: plan_table.py); with --budget, which fit; with --find-depth / --find-batch, the
+deepest ResNet or the largest batch that fits with any of the techniques, one line per probe
+on stderr as it searches; with --timeline FILE.html, the memory viewer of the planned
+techniques (a click on an operation lists the tensors live there), or with FILE.png their
+plot. A step that takes more than a few seconds to plan says so on stderr (progress.py).
 
-Without --input and --batch-size it plans the step that ``nnmem train`` runs for the same
---model: a batch of 64 of the shipped digits (1x28x28).
+Without flags it plans the step that ``nnmem train`` runs without flags (flags.py: the CNN, a
+batch of 64 of the shipped digits, 1x28x28); without --input and --batch-size, the step that
+``nnmem train`` runs for the same --model.
 """
 
 import functools
@@ -31,23 +34,25 @@ from nnmem.cli.flags import (
     DEFAULT_BATCH,
     DEFAULT_DATA,
     DEFAULT_DEPTH,
+    DEFAULT_MODEL,
     PAPER_SAMPLES,
     check_depth_rules,
     check_offload_flags,
     depth_of,
     image_too_small,
 )
+from nnmem.cli.plan_search import Plans, StepTooLarge, find_batch, find_depth
+from nnmem.cli.plan_table import print_plan
+from nnmem.cli.progress import Progress
 from nnmem.cli.timeline import require_matplotlib, write_timeline
 from nnmem.graph.offload import POLICIES
 from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.models import MODELS, create_model, resnet
 from nnmem.planning import plan
-from nnmem.search import largest_fitting
 
 #: One sample of nnmem train's default data, the digits (1x28x28).
 TRAIN_SAMPLE = DATA_SAMPLES[DEFAULT_DATA]
-# Models whose pooling shrinks a 28x28 image to nothing (flags.SMALLEST_IMAGE: they cannot
-# train on the digits) are planned on the input of their papers (flags.PAPER_SAMPLES) instead.
+
 #: --find-depth stops at ResNet-4000: beyond SuperNeurons' ResNet-2500, which offloading and
 #: recomputation reach in a budget of a GPU's size; planning one takes about a minute, and the
 #: search's cost grows with the depth it reaches.
@@ -57,8 +62,19 @@ MAX_SEARCH_BATCH = 2**20
 
 
 def add_parser(commands):
-    p = commands.add_parser("plan", help="plan a training step's memory on shapes alone")
-    p.add_argument("--model", default="resnet", help=f"one of {', '.join(sorted(MODELS))}")
+    p = commands.add_parser(
+        "plan",
+        help="plan a training step's memory on shapes alone",
+        description="Plan a training step's memory on shapes alone, running nothing: for each "
+        "technique (baseline, liveness, recomputation, offloading, all three) its peak, its "
+        "lower bound and the operation at its peak; with --budget, which fit; with "
+        "--find-depth or --find-batch, the deepest ResNet or the largest batch that fits.",
+    )
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"one of {', '.join(sorted(MODELS))} (default: {DEFAULT_MODEL}, as nnmem train)",
+    )
     p.add_argument(
         "--depth", type=resnet_depth, default=None, help=f"ResNet depth (default {DEFAULT_DEPTH})"
     )
@@ -68,9 +84,20 @@ def add_parser(commands):
         choices=["cifar", "imagenet"],
         help="ResNet stem (default: imagenet for inputs of 64 pixels or more)",
     )
-    p.add_argument("--block", default=None, choices=["basic", "bottleneck"])
+    p.add_argument(
+        "--block",
+        default=None,
+        choices=["basic", "bottleneck"],
+        help="ResNet block (default: the one the depth calls for; basic with the CIFAR stem)",
+    )
     p.add_argument("--width", type=positive_float, default=1.0, help="channel multiplier")
-    p.add_argument("--num-classes", type=positive_int, default=None)
+    p.add_argument(
+        "--num-classes",
+        type=positive_int,
+        default=None,
+        help="classes of the last layer (default: the model's own: 1000 for alexnet and "
+        "vgg16, 10 for the others)",
+    )
     p.add_argument(
         "--batch-size",
         "--batch",
@@ -85,7 +112,14 @@ def add_parser(commands):
         help="one sample's shape, e.g. 3x224x224 (default: what nnmem train feeds "
         "the model, 1x28x28; 3x227x227 for alexnet, 3x224x224 for vgg16)",
     )
-    p.add_argument("--recompute", default="cost-aware", choices=["speed", "memory", "cost-aware"])
+    p.add_argument(
+        "--recompute",
+        default="cost-aware",
+        choices=["speed", "memory", "cost-aware"],
+        help="the recomputation policy of the recompute rows: speed (each segment rebuilt "
+        "once, the fewest recomputations), memory (rebuilt for each use, the smallest peak) or "
+        "cost-aware (memory's peak with fewer recomputations)",
+    )
     p.add_argument(
         "--dtype",
         default="float32",
@@ -151,6 +185,8 @@ def run(args):
     args.depth = depth_of(args)
     if args.batch_size is None:
         args.batch_size = DEFAULT_BATCH
+    # Models whose pooling shrinks a 28x28 image to nothing (flags.SMALLEST_IMAGE: they cannot
+    # train on the digits) are planned on the input of their papers (flags.PAPER_SAMPLES).
     sample = args.input or PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE)
     smallest = image_too_small(args.model, sample)
     if smallest is not None:
@@ -161,29 +197,30 @@ def run(args):
         )
     if args.model == "resnet" and not args.find_depth:
         # the depth's own rules (6n + 2, ...), before anything is planned
-        check_depth_rules(lambda: _model(args, sample, args.depth))
-    # planned(batch, depth) -> StepPlan; cached, so that the search's winner is not planned twice
-    planned = functools.cache(functools.partial(_planned, args, sample))
-    found = True
+        check_depth_rules(lambda: model_of(args, sample, args.depth))
+    plans = Plans(args, functools.partial(plan_step, args, sample))
     if args.find_depth:
-        args.depth = find_depth(args, planned, valid_depths(args, sample))
+        args.depth = find_depth(args, plans, valid_depths(args, sample))
         found = args.depth is not None
     elif args.find_batch:
-        args.batch_size = find_batch(args, planned)
+        args.batch_size = find_batch(args, plans, range(1, MAX_SEARCH_BATCH + 1))
         found = args.batch_size is not None
+    else:
+        found = True
     if not found:
         # the search found nothing that fits: there is no plan to print or to view
         if args.timeline:
             print(f"  no memory viewer written to {args.timeline}: no step fits the budget")
         return 0
-    step = planned(args.batch_size, args.depth)
+    step = plans.get(args.batch_size, args.depth)
     if isinstance(step, StepTooLarge):
         raise step
     print_plan(step, args.budget)
     if args.timeline:
         if step.techniques[0].timeline.tensors is None:  # a search's plan: planned again
-            step = _plan(args, sample, args.batch_size, args.depth, tensors=True)
-        write_plan_timeline(args, step)
+            step = plans.with_tensors(args.batch_size, args.depth)
+        with Progress("plan", f"writing {args.timeline}"):
+            write_plan_timeline(args, step)
     return 0
 
 
@@ -219,60 +256,35 @@ def write_plan_timeline(args, step):
     )
 
 
-def find_depth(args, planned, depths):
-    """Print and return the deepest of `depths` that fits --budget (None if none does)."""
-    depth = largest_fitting(lambda d: _fits(planned(args.batch_size, d), args.budget), depths)
-    print(f"deepest ResNet that fits {format_bytes(args.budget)}: {_found(depth, depths)}")
-    return depth
+def valid_depths(args, sample):
+    """The ResNet depths up to MAX_SEARCH_DEPTH that build with these flags, in increasing
+    order; the ResNet's own rules decide (6n + 2, 9n + 2, ...), without building a network.
+    With the CIFAR stem and no --block, the basic-block depths (8, 14, 20, ...): mixed in, the
+    bottleneck-only depths (11, 29, ...) need more memory than their basic neighbours, and
+    the search needs memory that grows with the depth."""
+    cifar = stem_of(args, sample) == "cifar"
+    rules = resnet.cifar_stages if cifar else resnet.imagenet_stages
+    block = args.block or ("basic" if cifar else None)
+    depths = []
+    for depth in range(1, MAX_SEARCH_DEPTH + 1):
+        try:
+            rules(depth, block)
+        except ValueError:
+            continue
+        depths.append(depth)
+    return depths
 
 
-def find_batch(args, planned):
-    """Print and return the largest batch that fits --budget (None if none does)."""
-    batches = range(1, MAX_SEARCH_BATCH + 1)
-    batch = largest_fitting(lambda b: _fits(planned(b, args.depth), args.budget), batches)
-    print(f"largest batch that fits {format_bytes(args.budget)}: {_found(batch, batches)}")
-    return batch
-
-
-class StepTooLarge(UsageError):
-    """A step larger than the planning device's pool (1 PiB), or whose sizes overflow: the
-    --input or --width is too large. `capacity` is the pool's size (None for an overflow)."""
-
-    def __init__(self, message, capacity=None):
-        super().__init__(message)
-        self.capacity = capacity
-
-
-def _fits(planned, budget):
-    """Whether a step fits `budget`, for the searches: `planned` is what `_planned` returns, a
-    StepPlan or the StepTooLarge error. A step too large to plan needs more than the planning
-    pool, so it does not fit a budget no larger than that pool (a budget beyond it cannot be
-    decided, and the error says so)."""
-    if isinstance(planned, StepTooLarge):
-        if planned.capacity is not None and budget > planned.capacity:
-            raise planned
-        return False
-    return planned.best().fits(budget)
-
-
-def _found(value, candidates):
-    """How a search's result reads: "none", the value, or, when the search reached its last
-    candidate, "at least N (the search stops at N)"."""
-    if value is None:
-        return "none"
-    if value == candidates[-1]:
-        return f"at least {value} (the search stops at {value})"
-    return str(value)
-
-
-def _stem(args, sample):
+def stem_of(args, sample):
+    """A ResNet's stem: --stem, or imagenet for images of 64 pixels or more, else cifar."""
     return args.stem or ("imagenet" if len(sample) == 3 and min(sample[1:]) >= 64 else "cifar")
 
 
-def _model(args, sample, depth):
+def model_of(args, sample, depth):
+    """The model the flags describe (new, uninitialised), at `depth`, for samples `sample`."""
     kwargs = dict(
         depth=depth,
-        stem=_stem(args, sample),
+        stem=stem_of(args, sample),
         block=args.block,
         width=args.width,
         num_channels=sample[0],
@@ -282,20 +294,12 @@ def _model(args, sample, depth):
     return create_model(args.model, **kwargs)
 
 
-def _planned(args, sample, batch, depth):
-    """The StepPlan of a step or, for a step too large to plan, the StepTooLarge error:
-    returned, so that functools.cache keeps it as it keeps a plan; run() raises it."""
-    try:
-        return _plan(args, sample, batch, depth)
-    except StepTooLarge as e:
-        return e
-
-
-def _plan(args, sample, batch, depth, tensors=None):
+def plan_step(args, sample, batch, depth, tensors=None, progress=None):
     """plan() of the model the flags describe. A step that does not fit the planning device is
     a StepTooLarge (one line), not the pool's report: its advice, a larger create_cpu_device
     pool, makes no sense for a plan. `tensors` (keep each technique's tensors, for the
-    viewer): by default with --timeline, unless a search plans many steps to keep one."""
+    viewer): by default with --timeline, unless a search plans many steps to keep one.
+    `progress`: plan()'s, called as each stage starts."""
     if tensors is None:
         tensors = bool(args.timeline) and not (args.find_depth or args.find_batch)
     step = f"a training step of {args.model} on input {format_shape((batch,) + sample)}"
@@ -303,13 +307,14 @@ def _plan(args, sample, batch, depth, tensors=None):
         step += f" at --width {args.width:g}"
     try:
         return plan(
-            _model(args, sample, depth),
+            model_of(args, sample, depth),
             (batch,) + sample,
             recompute=args.recompute,
             offload=args.offload,
             budget=args.budget,
             dtype=np.dtype(args.dtype),
             tensors=tensors,
+            progress=progress,
         )
     except OutOfMemory as e:
         raise StepTooLarge(
@@ -331,49 +336,3 @@ def _plan(args, sample, batch, depth, tensors=None):
             f"{step} has sizes too large to count ({e}): the input, --width or --num-classes "
             "is too large; plan a smaller --input, --width, --num-classes or --batch-size"
         ) from None
-
-
-def print_plan(step, budget):
-    shape = format_shape(step.input_shape)
-    print(
-        f"{step.model}, input {shape}: {step.nodes} recorded operations; parameters, optimizer "
-        f"state, inputs and results {format_bytes(step.persistent_bytes)}"
-    )
-    print(
-        f"  {'technique':26} {'peak':>11} {'lower bound':>12} {'live at peak':>12}  "
-        f"{'extra ops':>9} {'on host':>10}  peak at"
-    )
-    for t in step.techniques:
-        fits = "" if budget is None else ("  fits" if t.fits(budget) else "  does not fit")
-        host = format_bytes(t.host_bytes) if t.offload != "none" else "-"
-        policy = f" ({t.offload})" if t.offload != "none" else ""
-        print(
-            f"  {t.technique + policy:26} {format_bytes(t.peak_bytes):>11} "
-            f"{format_bytes(t.lower_bound_bytes):>12} {t.live_tensors_at_peak:>12}  "
-            f"{t.recomputations:>9} {host:>10}  {t.peak_operation}{fits}"
-        )
-    if budget is not None and not any(t.fits(budget) for t in step.techniques):
-        best = step.best()
-        print(
-            f"no technique fits {format_bytes(budget)}: the smallest peak reachable is "
-            f"{format_bytes(best.peak_bytes)} ({best.technique}), set by {best.peak_operation}"
-        )
-
-
-def valid_depths(args, sample):
-    """The ResNet depths up to MAX_SEARCH_DEPTH that build with these flags, in increasing
-    order; the ResNet's own rules decide (6n + 2, 9n + 2, ...), without building a network.
-    With the CIFAR stem and no --block, the basic-block depths (8, 14, 20, ...): mixed in, the
-    bottleneck-only depths (11, 29, ...) need more memory than their basic neighbours, and
-    the search needs memory that grows with the depth."""
-    cifar = _stem(args, sample) == "cifar"
-    rules = resnet.cifar_stages if cifar else resnet.imagenet_stages
-    block = args.block or ("basic" if cifar else None)
-    depths = []
-    for depth in range(1, MAX_SEARCH_DEPTH + 1):
-        try:
-            rules(depth, block)
-        except ValueError:
-            continue
-        depths.append(depth)
-    return depths

@@ -4,7 +4,9 @@ one self-contained page; a click on an operation lists the tensors live there, s
 nnmem/memory/viewer.py). The extension decides (arguments.timeline_path checks it).
 
 nnmem plan writes the techniques it planned; nnmem train measures, before it trains, one step
-run three ways on throwaway copies of its model (write_train_timeline).
+run three ways on throwaway copies of its model, then replans the graph step with
+recomputation (write_train_timeline). A plot and the viewer show the same techniques, and the
+same lower bound: the selected technique's Timeline.lower_bound (memory/timeline.py).
 """
 
 import functools
@@ -30,15 +32,16 @@ def require_matplotlib(path):
         return
     raise UsageError(
         "argument --timeline: plotting needs matplotlib, which is not installed; install "
-        'it with pip install "nnmem[plot]" (or pip install matplotlib), name an .html file '
-        "(the memory viewer needs nothing), or leave out --timeline"
+        "it with pip install matplotlib (in nnmem's checkout: pip install '.[plot]'), name an "
+        ".html file (the memory viewer needs nothing), or leave out --timeline"
     )
 
 
 def write_timeline(path, timelines, title, lower_bound, lanes=None, data=None, selected=None):
     """Write `timelines` (memory.timeline.Timeline, one per technique) to `path`: the memory
-    viewer for an .html path (`selected`: the technique it shows first), else a PNG plot with
-    `lower_bound` and a JSON file beside it holding the curves, the lanes and `data`."""
+    viewer for an .html path (`selected`: the technique it shows first, with its lower bound),
+    else a PNG plot with `lower_bound` (the selected technique's) and a JSON file beside it
+    holding the curves, the lanes and `data`. Both get the same `timelines`."""
     lanes = lanes or {}
     if is_html(path):
         write_viewer(path, timelines, title, lanes=lanes, selected=selected)
@@ -47,12 +50,15 @@ def write_timeline(path, timelines, title, lower_bound, lanes=None, data=None, s
             "to list the tensors live there"
         )
         return
-    plot_timelines(timelines, path, lower_bound=lower_bound, title=title, lanes=lanes)
+    plot_timelines(
+        timelines, path, lower_bound=lower_bound, title=title, lanes=lanes, lower_bound_of=selected
+    )
     data_path = os.path.splitext(path)[0] + ".json"
     with open(data_path, "w") as f:
         json.dump(
             {
                 "lower_bound_bytes": lower_bound,
+                "lower_bound_of": selected,
                 **(data or {}),
                 "timelines": [t.as_dict() for t in timelines],
                 "lanes": lanes,
@@ -69,10 +75,15 @@ def measurement_pool(args):
     return None if args.pool is None else max(device.default_pool_bytes(), parse_bytes(args.pool))
 
 
+#: The recomputation policy --timeline replans nnmem train's graph step with, for the plot and
+#: the viewer alike.
+TRAIN_RECOMPUTE = "cost-aware"
+
+
 def write_train_timeline(args, x, y, num_classes):
-    """nnmem train's --timeline: measure one step three ways on throwaway copies of the model
-    (with offloading, its lanes too), and write a plot, or the memory viewer (which adds the
-    graph step compiled with cost-aware recomputation)."""
+    """nnmem train's --timeline: measure one step three ways on throwaway copies of the model,
+    replan its graph step with TRAIN_RECOMPUTE (with offloading, measure its lanes too), and
+    write a plot or the memory viewer of them all."""
     pool = measurement_pool(args)
     timelines, summary = measure_step(
         functools.partial(make_model, args, num_classes, x.shape[1]),
@@ -80,7 +91,7 @@ def write_train_timeline(args, x, y, num_classes):
         y,
         pool,
         args.seed,
-        recompute="cost-aware" if is_html(args.timeline) else None,
+        recompute=TRAIN_RECOMPUTE,
     )
     width = max(len(t.label) for t in timelines.values())
     for t in timelines.values():
@@ -88,11 +99,8 @@ def write_train_timeline(args, x, y, num_classes):
         print(
             f"  {t.label:{width}} peak {format_bytes(t.peak):>10} at position {position} ({name})"
         )
-    print(
-        f"  static plan: arena {format_bytes(summary['arena_bytes'])}, lower bound "
-        f"{format_bytes(summary['lower_bound_bytes'])}"
-    )
-    bound = summary["persistent_bytes"] + summary["lower_bound_bytes"]
+    graph = timelines["graph"]
+    print(f"  {lower_bound_lines(graph.label, summary)}")
     lanes = {}
     if args.offload not in ("none", "dyn") and not args.no_graph:
         lanes, offloaded = measure_lanes(
@@ -114,8 +122,20 @@ def write_train_timeline(args, x, y, num_classes):
         args.timeline,
         list(timelines.values()),
         f"{args.model}, batch {len(x)}: memory during one training step",
-        lower_bound=bound,
+        lower_bound=graph.lower_bound,
         lanes=lanes,
         data={"plan": summary},
-        selected=timelines["graph"].label,
+        selected=graph.label,
+    )
+
+
+def lower_bound_lines(label, summary):
+    """Two lines that say what the lower bound of the step `label` counts, from its
+    CompiledStep.memory_summary(): persistent + the most intermediate bytes live at once."""
+    return (
+        f"lower bound of {label}: {format_bytes(summary['lower_bound_bytes'])} = "
+        f"{format_bytes(summary['persistent_bytes'])} persistent + "
+        f"{format_bytes(summary['arena_lower_bound_bytes'])} most intermediate bytes live at "
+        f"once\n  (persistent: parameters, optimizer state, inputs, results; the arena of the "
+        f"intermediates: {format_bytes(summary['arena_bytes'])})"
     )

@@ -3,11 +3,15 @@ accuracy, images per second and the pool's peak memory.
 
 This file holds the command's flags and its loop; what it builds from the flags is in
 factories.py, the flags it shares with nnmem plan in flags.py, a run under mpiexec in
-distributed.py, the notes of an out-of-memory error in hints.py, and --timeline in timeline.py.
+distributed.py, the notes of an out-of-memory error in hints.py, --timeline in timeline.py,
+--save-states and --resume in resume.py, and what it says besides its epoch lines (kernels
+compiling, the speed, --concurrency's choice, what offloading moved, the closing summary) in
+train_report.py.
 """
 
 import itertools
 import math
+import os
 import time
 
 import numba
@@ -16,24 +20,47 @@ from tqdm import tqdm
 
 from nnmem import tensor
 from nnmem.cli import arguments, flags
-from nnmem.cli.arguments import UsageError, format_shape
+from nnmem.cli.arguments import UsageError
 from nnmem.cli.distributed import check_dist_flags, create_dist_opt, dist_flags
-from nnmem.cli.divergence import StateCopy, first_nonfinite_layer
-from nnmem.cli.factories import create_device, make_model, make_optimizer
+from nnmem.cli.divergence import StateCopy, diverged
+from nnmem.cli.factories import (
+    TRAINABLE,
+    check_image_size,
+    create_device,
+    make_model,
+    make_optimizer,
+    trainable_model,
+)
 from nnmem.cli.hints import pool_hint, viewer_hint
+from nnmem.cli.resume import Saver, resumed
 from nnmem.cli.timeline import require_matplotlib, write_train_timeline
+from nnmem.cli.train_report import TrainReport, offload_summary, summary_line
 from nnmem.communicator import launched_with_mpi
 from nnmem.data import iterate_batches, load, shard
-from nnmem.graph import concurrency, offload
+from nnmem.graph import concurrency, offload, recompute
 from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.models import MODELS
 
 
 def add_parser(commands):
+    untrainable = sorted(set(MODELS) - set(TRAINABLE))
     p = commands.add_parser(
-        "train", help="train a model (default: the SINGA CNN on the embedded digits)"
+        "train",
+        help="train a model (default: the SINGA CNN on the embedded digits)",
+        description="Train a zoo model and print, per epoch, the loss, the test accuracy, "
+        "images per second (counted from the run's second batch, leaving out the first, which "
+        "sets the step up, and any batch during which Numba compiles kernels) and the pool's "
+        "peak memory; then a summary.",
     )
-    p.add_argument("--model", default="cnn", choices=sorted(MODELS))
+    p.add_argument(
+        "--model",
+        default=flags.DEFAULT_MODEL,
+        type=trainable_model,
+        choices=TRAINABLE,
+        help=f"the zoo model to train; {' and '.join(untrainable)} "
+        f"{'needs' if len(untrainable) == 1 else 'need'} larger images than any data set --data "
+        "loads: nnmem plan plans them",
+    )
     p.add_argument(
         "--depth",
         type=arguments.resnet_depth,
@@ -56,6 +83,14 @@ def add_parser(commands):
         help="pool size, e.g. 512MiB (default 2GiB; on a GPU, its free memory but 1GiB)",
     )
     p.add_argument("--no-graph", action="store_true", help="run every step eagerly")
+    p.add_argument(
+        "--recompute",
+        default="none",
+        choices=list(recompute.POLICIES),
+        help="graph mode: drop cheap forward results and rebuild them in backward, as nnmem plan "
+        "--recompute plans it: speed (keep what is rebuilt until its last use), memory (rebuild "
+        "for each use: least memory), cost-aware (keep what cannot raise the peak)",
+    )
     offload_flags(p)
     p.add_argument(
         "--link-gbps",
@@ -79,7 +114,19 @@ def add_parser(commands):
         metavar="ZIP",
         default=None,
         help="after each epoch, write the model's states to this checkpoint (SINGA's format; "
-        "under mpiexec, rank 0 writes it)",
+        "under mpiexec, rank 0 writes it), with the epochs done and the optimizer's and "
+        "dropout's positions as auxiliary states, for --resume",
+    )
+    p.add_argument(
+        "--resume",
+        metavar="ZIP",
+        default=None,
+        help="go on from a checkpoint --save-states wrote: load the model's states, the "
+        "optimizer's and the epochs done, then train the epochs after them up to --epochs (the "
+        "total). Each epoch's data order is a function of --seed and the epoch's number: with "
+        "the same flags, the run ends with the bits of one that was never stopped (except "
+        "under mpiexec with a sparse --dist-option: the gradient residuals each rank holds "
+        "back are not saved)",
     )
     p.add_argument(
         "--max-batches",
@@ -92,11 +139,11 @@ def add_parser(commands):
         type=arguments.timeline_path,
         metavar="FILE",
         default=None,
-        help="before training, measure one step's memory (no recycling, eager, graph; with "
-        "--offload, also its compute and copy lanes, sync and async): FILE.png plots it with "
-        "the lower bound and writes the data beside it as JSON (same name, .json); "
-        "FILE.html writes the memory viewer (one page, with the graph step recompiled with "
-        "cost-aware recomputation too): click an operation to list the tensors live there",
+        help="before training, measure one step's memory (no recycling, eager, graph, graph + "
+        "cost-aware recomputation; with --offload, also its compute and copy lanes, sync and "
+        "async): FILE.png plots it with the lower bound and writes the data beside it as JSON "
+        "(same name, .json); FILE.html writes the memory viewer (one page): click an operation "
+        "to list the tensors live there",
     )
     p.set_defaults(run=run)
 
@@ -141,6 +188,15 @@ def run(args):
         ):
             if wrong:
                 raise UsageError(f"argument --concurrency: leave out {flag}: {why}")
+    if args.recompute != "none" and args.no_graph:
+        raise UsageError(
+            "argument --recompute: recomputation rewrites a recorded step; leave out --no-graph"
+        )
+    if args.resume is not None and not os.path.isfile(args.resume):
+        raise UsageError(
+            f"argument --resume: {args.resume!r} is not a file; give a checkpoint that "
+            "nnmem train --save-states wrote"
+        )
     require_matplotlib(args.timeline)
     args.depth = flags.depth_of(args)
     if args.model == "resnet":  # the depth's own rules (6n + 2, ...), before any data is loaded
@@ -178,42 +234,18 @@ def run(args):
     return 0
 
 
-def check_image_size(model, data, sample):
-    """Refuse, before building anything, a model whose pooling would shrink the images of
-    --data to nothing (AlexNet and VGG-16 on 28x28 digits), saying which --data fits it."""
-    smallest = flags.image_too_small(model, sample)
-    if smallest is None:
-        return
-    large_enough = [
-        f"--data {name} ({format_shape(s)} images)"
-        for name, s in flags.DATA_SAMPLES.items()
-        if min(s[1:]) >= smallest
-    ]
-    if large_enough:
-        fix = "use " + " or ".join(large_enough)
-    else:
-        loadable = ", ".join(f"{name} {format_shape(s)}" for name, s in flags.DATA_SAMPLES.items())
-        fix = (
-            f"none of the data sets --data loads is that large ({loadable}): train another "
-            f"--model, or plan {model}'s memory with nnmem plan --model {model}"
-        )
-    raise UsageError(
-        f"argument --model: {model} needs images of at least {smallest}x{smallest} (its paper "
-        f"used {format_shape(flags.PAPER_SAMPLES[model])}), and {data} holds "
-        f"{format_shape(sample)} ones; {fix}"
-    )
-
-
 def train(args, dev, data, num_classes, dist=None):
-    """Compile the model, then train it epoch by epoch, printing one line per epoch (with
-    `dist`, a DistOpt: on this rank's shard, and on rank 0 only the printing and the
-    checkpoints)."""
+    """Compile the model (and load --resume), then train it epoch by epoch, printing one line
+    per epoch and a summary at the end (with `dist`, a DistOpt: on this rank's shard, and on
+    rank 0 only the printing and the checkpoints)."""
     x_train, y_train, x_test, y_test = data
     rank, world_size = (0, 1) if dist is None else (dist.global_rank, dist.world_size)
     say = print if rank == 0 else _quiet
     dev.SetRandSeed(args.seed)
     model = make_model(args, num_classes, x_train.shape[1])
-    model.set_optimizer(make_optimizer(args) if dist is None else dist)
+    optimizer = make_optimizer(args) if dist is None else dist
+    model.set_optimizer(optimizer)
+    optimizer = optimizer if dist is None else dist.opt  # the one whose states are saved
     batch = args.batch_size
     tx = tensor.PlaceHolder((batch,) + x_train.shape[1:], dev)
     ty = tensor.PlaceHolder((batch,), dev, tensor.int32)
@@ -222,81 +254,83 @@ def train(args, dev, data, num_classes, dist=None):
         is_train=True,
         use_graph=not args.no_graph,
         sequential=False,
+        recompute=args.recompute,
         offload=args.offload,
         budget=args.budget,
         async_offload=not args.sync_offload,
         concurrency=args.concurrency,
     )
+    epochs_done = 0 if args.resume is None else resumed(args, model, optimizer, dev)
     say(
         f"{args.model} on {args.data}: {len(x_train) * world_size} training / {len(x_test)} test "
         f"images {x_train.shape[1:]}, {sum(p.size() for p in model.get_params().values()):,} "
         f"parameters, batch {batch}, pool {format_bytes(dev.pool.capacity)}"
         + ("" if args.budget is None else f", budget {format_bytes(args.budget)}")
         + ("" if args.offload == "none" else f", offload {args.offload}")
+        + ("" if args.recompute == "none" else f", recompute {args.recompute}")
         + (
             ""
             if dist is None
             else f", {world_size} ranks (batch {batch} and {numba.get_num_threads()} thread(s) "
             f"each), dist option {dist.dist_option}"
         )
+        + ("" if args.resume is None else f", resumed after epoch {epochs_done}")
     )
-    if args.timeline and rank == 0:
-        write_train_timeline(args, x_train[:batch], y_train[:batch], num_classes)
     steps = len(x_train) // batch
     if args.max_batches is not None:
         steps = min(steps, args.max_batches)
     before_step = StateCopy(model)
-    for epoch in range(args.epochs):
-        dev.reset_peak_memory_stats()
-        start, sent = time.perf_counter(), 0 if dist is None else dist.wire_bytes
-        losses = train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps)
-        seconds = time.perf_counter() - start
-        peak = dev.memory_stats()["allocated_bytes.peak"]
-        # Every rank evaluates (the same parameters: the same accuracy), so that none waits in
-        # the next step's exchange, against its timeout, while rank 0 alone evaluates.
-        accuracy = evaluate(model, tx, x_test, y_test)
-        if rank != 0:
-            continue
-        print(
-            f"epoch {epoch + 1}: loss {np.mean(losses):.4f}  test accuracy {accuracy:.4f}  "
-            f"{steps * batch * world_size / seconds:.0f} images/s  peak pool memory "
-            f"{format_bytes(peak)}"
-            + offload_summary(dev.memory_stats())
-            + (
-                ""
-                if dist is None
-                else f"  sent {format_bytes((dist.wire_bytes - sent) // steps)}/step"
+    report = TrainReport(
+        batch * world_size,
+        args.concurrency,
+        say=tqdm.write if rank == 0 else _quiet,  # above the progress bar
+        step_of=lambda: model.compiled_step(tx, ty),
+    )
+    saver = Saver(args.save_states) if args.save_states and rank == 0 else None
+    accuracies, peak = {}, 0  # {epoch number: test accuracy}, the highest epoch peak
+    with report.watch:  # kernels compile from here on (the timeline's steps run them too)
+        if args.timeline and rank == 0:
+            write_train_timeline(args, x_train[:batch], y_train[:batch], num_classes)
+        started = time.perf_counter()
+        for epoch in range(epochs_done, args.epochs):
+            dev.reset_peak_memory_stats()
+            sent = 0 if dist is None else dist.wire_bytes
+            losses = train_epoch(
+                args, model, tx, ty, before_step, x_train, y_train, epoch, steps, report
             )
-        )
-        if args.save_states:
-            model.save_states(args.save_states)
-            print(f"  states written to {args.save_states}")
+            epoch_peak = dev.memory_stats()["allocated_bytes.peak"]
+            # Every rank evaluates (the same parameters: the same accuracy), so that none waits
+            # in the next step's exchange, against its timeout, while rank 0 alone evaluates.
+            accuracy = evaluate(model, tx, x_test, y_test)
+            if rank != 0:
+                continue
+            accuracies[epoch + 1], peak = accuracy, max(peak, epoch_peak)
+            print(
+                f"epoch {epoch + 1}: loss {np.mean(losses):.4f}  test accuracy {accuracy:.4f}  "
+                f"{report.speed.report()}  peak pool memory {format_bytes(epoch_peak)}"
+                + offload_summary(dev.memory_stats())
+                + (
+                    ""
+                    if dist is None
+                    else f"  sent {format_bytes((dist.wire_bytes - sent) // steps)}/step"
+                )
+            )
+            if saver is not None:
+                saver.save(model, optimizer, dev, epochs_done=epoch + 1)
+                print(f"  states written to {args.save_states}")
+        report.end_run()
+    if rank == 0:
+        seconds = time.perf_counter() - started
+        print(summary_line(seconds, accuracies, peak, args.save_states))
 
 
 def _quiet(*args, **kwargs):
     """print, on the ranks that do not print (all but rank 0)."""
 
 
-def offload_summary(stats):
-    """What the last step moved to the host and back: the graph engine's figures, or the
-    eager tensor cache's (nothing when nothing was offloaded)."""
-    if "offload.bytes_to_host" in stats:
-        return (
-            f"  offloaded {format_bytes(stats['offload.bytes_to_host'])}/step, transfers "
-            f"{1e3 * stats['offload.transfer_seconds']:.1f} ms, stalls "
-            f"{1e3 * stats['offload.stall_seconds']:.1f} ms"
-        )
-    if "cache.misses" in stats:
-        return (
-            f"  tensor cache: {stats['cache.hits']} hits, {stats['cache.misses']} misses, "
-            f"{format_bytes(stats['cache.bytes_to_host'])} out/step"
-        )
-    return ""
-
-
-def train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps):
+def train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps, report):
     """Train on `steps` shuffled batches, copied into tx and ty; return their losses. A loss
-    that is NaN or Inf stops the run (see diverged)."""
+    that is NaN or Inf stops the run (see diverged). `report`, a TrainReport, times each batch."""
     model.train()
     batches = iterate_batches(
         x_train, y_train, args.batch_size, seed=args.seed, drop_last=True, epoch=epoch
@@ -311,6 +345,7 @@ def train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps
         disable=None if launched_with_mpi() == 1 else True,  # ranks would draw over each other
     ) as bar:
         for step, (x, y) in enumerate(itertools.islice(batches, steps)):
+            started = report.start_batch()
             tx.copy_from_numpy(x)
             ty.copy_from_numpy(y)
             before_step.save()
@@ -318,36 +353,10 @@ def train_epoch(args, model, tx, ty, before_step, x_train, y_train, epoch, steps
             losses.append(float(tensor.to_numpy(loss)[0]))
             if not math.isfinite(losses[-1]):
                 raise diverged(args, model, before_step, tx, x, losses[-1], epoch, step)
+            report.end_batch(started)
             bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
             bar.update()
     return losses
-
-
-def diverged(args, model, before_step, tx, x, loss, epoch, step):
-    """The error that stops a run whose loss is NaN or Inf: the step, the first layer whose
-    output was not finite, and what to change. The model's states are put back as they were
-    before that step (its update wrote NaN into them), to find the layer and to stay so."""
-    where = f"the loss is {loss} at epoch {epoch + 1}, batch {step + 1}"
-    before_step.restore()
-    if not np.isfinite(x).all():
-        return FloatingPointError(
-            f"{where}: the input batch itself holds NaN or Inf values; "
-            f"check the data set ({args.data})"
-        )
-    try:
-        layer = first_nonfinite_layer(model, tx)
-    except OutOfMemory:
-        layer = "unknown (the pool has no room to run the forward pass again)"
-    finally:
-        before_step.restore()  # the pass moved BatchNorm's running statistics
-    culprit = (
-        f"the first layer whose output is not finite is {layer}"
-        if layer
-        else "every layer's output is finite, the loss itself is not"
-    )
-    return FloatingPointError(
-        f"{where}, and {culprit}: the run diverged; lower --lr (now {args.lr:g})"
-    )
 
 
 def evaluate(model, tx, x, y):

@@ -66,8 +66,8 @@ class PlanningDevice(Device):
     def to_host(self, tensor, out=None):
         tensor.block.check_written()
         raise ValueError(
-            f"{tensor!r} is on a planning device, which plans memory and computes no values; "
-            "run the model on device.create_cpu_device() to read them"
+            f"a tensor of shape {tensor.shape} is on a planning device, which plans memory and "
+            "computes no values; run the model on device.create_cpu_device() to read them"
         )
 
     def copy_tensor(self, dst, src):

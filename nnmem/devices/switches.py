@@ -3,7 +3,9 @@
 recycle   -- free a block as soon as nothing refers to it (default). Off: keep every block of
              a training step until the step ends, failed or not (SuperNeurons' network-wide
              allocation, the baseline every memory technique is measured against); outside a
-             step, blocks are freed at once.
+             step, blocks are freed at once. In graph mode a compiled step's plan is made
+             under the switch, and its next replay after a flip plans it again (off: the
+             baseline plan; graph/executor.py, CompiledStep.follow_recycle_switch).
 dry_run   -- run no kernel and allocate nothing (Model.compile's shape-only pass).
 recorder  -- while a Model records its step, exec calls are appended to it, not run.
 workspace_limit -- the most bytes a convolution's "auto" workspace may take, or None (as free

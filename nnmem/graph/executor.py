@@ -25,6 +25,7 @@ from nnmem.graph.concurrency import Concurrency
 from nnmem.graph.engine import TransferEngine
 from nnmem.graph.liveness import END, block_kinds
 from nnmem.graph.plan import PlanTooLarge, choose_offload, make_plan, pool_bytes_needed
+from nnmem.memory.errors import OutOfMemory
 from nnmem.tensor import Tensor
 
 
@@ -36,6 +37,7 @@ def _read_from_plan(field):
 class CompiledStep:
     # The plan's fields that users, tests, the CLI and the tutorials read on a step.
     sequential = _read_from_plan("sequential")
+    recycle = _read_from_plan("recycle")
     recompute_policy = _read_from_plan("recompute_policy")
     offload = _read_from_plan("offload")
     recomputations = _read_from_plan("recomputations")
@@ -199,7 +201,12 @@ class CompiledStep:
         with (learning rate, seed...); a device that captures the step as one launch (CUDA
         graphs) captures it again when they change. Only such a device calls it.
         With offloading, every copy has finished (and a failed one has raised) before the
-        commit phase begins; the step's transfer figures are then in memory_stats()."""
+        commit phase begins; the step's transfer figures are then in memory_stats().
+
+        A step planned under the other setting of the device's ``recycle`` switch (a learner
+        flipped ``dev.recycle``) is planned again first (follow_recycle_switch)."""
+        if self.plan.recycle != self.device.recycle:
+            self.follow_recycle_switch()
         for given, recorded in zip(inputs, self.inputs):
             if given is not recorded and hasattr(given, "block"):
                 given.block.check_written()
@@ -231,6 +238,24 @@ class CompiledStep:
         if self.concurrency is not None:
             self.concurrency.end_step()
         return self.result
+
+    def follow_recycle_switch(self):
+        """Replan the step under the device's ``recycle`` switch as it is now: off, the
+        baseline plan (every intermediate block kept until the step ends, none sharing bytes);
+        on, the liveness plan again. All or nothing, as replan is: if the baseline does not fit
+        the pool, OutOfMemory says so and the step keeps its plan. An arena larger than the
+        plans still in it shrinks at once, so the next peak is the new plan's."""
+        try:
+            self.replan(self.sequential)
+        except OutOfMemory as e:
+            switched = "on" if self.device.recycle else "off"
+            e.add_note(
+                f"{self.label}: recycling was switched {switched} since the step was planned, "
+                f"and its new plan does not fit the pool; set dev.recycle = "
+                f"{not self.device.recycle} again, or use a larger pool"
+            )
+            raise
+        self.device.fit_arenas()
 
     def _run(self, calls, start=0):
         """Run `calls` (positions start, start+1, ... of self.calls)."""

@@ -30,6 +30,9 @@ class Plan:
     """A compiled step's static memory plan. A position is an index into `order`.
 
     - sequential: True for the serial replay order, False for BFS (schedule.py);
+    - recycle: the device's ``recycle`` switch the plan was made under; False is the
+      baseline: every intermediate block kept from its first use to the end of the step, none
+      sharing bytes (liveness.slots). A replay under the other setting replans (executor.py);
     - recompute_policy: the recompute policy asked for ("none", "speed", "memory",
       "cost-aware"; "cost-aware" keeps its name where it dropped every recomputation);
     - offload: the offload policy applied ("none", "conv", "all"; "dyn" is resolved before);
@@ -48,6 +51,7 @@ class Plan:
     """
 
     sequential: bool
+    recycle: bool
     recompute_policy: str
     offload: str
     recomputations: int
@@ -100,12 +104,14 @@ def plan_as_asked(recorded, recorded_kinds, device, sequential, recompute, offlo
     nodes, offloaded = add_offload(nodes, block_kinds(nodes)[0], offload, device.host)
     kinds, _ = block_kinds(nodes)
     order, commit_start = replay_order(nodes, sequential)
-    arena_slots = slots(nodes, order, kinds, round_up=round_up, recycle=device.recycle)
+    recycle = device.recycle
+    arena_slots = slots(nodes, order, kinds, round_up=round_up, recycle=recycle)
     # the host copies are the intermediates of the host pool; the rest is not planned there
     host_kinds = {k: INTERMEDIATE if v == HOST else v + " (device)" for k, v in kinds.items()}
     host_slots = slots(nodes, order, host_kinds, round_up=round_up, inplace=False)
     return Plan(
         sequential=sequential,
+        recycle=recycle,
         recompute_policy=recompute,
         offload=offload,
         recomputations=recomputations,

@@ -13,9 +13,12 @@ from nnmem.memory.timeline import Timeline
 
 
 def memory_summary(plan, persistent_bytes):
-    """The layout's figures: lower bound and arena (of the intermediate blocks), the bytes
-    that stay allocated outside the arena (parameters, optimizer state, inputs, results,
-    and anything else in the pool), blocks, slots, in-place merges."""
+    """The plan's figures: the bytes that stay allocated outside the arena (parameters,
+    optimizer state, inputs, results, and anything else in the pool: "persistent_bytes"), the
+    arena of the intermediate blocks and its lower bound (the most intermediate bytes live at
+    once: "arena_lower_bound_bytes"), the step's lower bound (persistent + the arena's lower
+    bound: "lower_bound_bytes", the figure every timeline and table calls "lower bound", see
+    memory/timeline.py), blocks, slots, in-place merges."""
     intermediates = sum(1 for k in plan.kinds.values() if k == INTERMEDIATE)
     return {
         "nodes": len(plan.nodes),
@@ -28,11 +31,18 @@ def memory_summary(plan, persistent_bytes):
         "intermediate_blocks": intermediates,
         "slots": len(plan.slots),
         "inplace_merges": intermediates - len(plan.slots),
-        "lower_bound_bytes": plan.layout.lower_bound,
         "persistent_bytes": persistent_bytes,
+        "lower_bound_bytes": step_lower_bound(plan, persistent_bytes),
+        "arena_lower_bound_bytes": plan.layout.lower_bound,
         "arena_bytes": plan.layout.arena_bytes,
-        "arena_over_lower_bound": plan.layout.arena_bytes / max(plan.layout.lower_bound, 1),
+        "arena_over_arena_lower_bound": plan.layout.arena_bytes / max(plan.layout.lower_bound, 1),
     }
+
+
+def step_lower_bound(plan, persistent_bytes):
+    """The step's lower bound: its persistent bytes + the most intermediate bytes live at once
+    (the arena's lower bound). No layout of the plan's slots holds fewer bytes in its pool."""
+    return persistent_bytes + plan.layout.lower_bound
 
 
 def live_sets(plan):
@@ -74,7 +84,8 @@ def live_tensors(plan, persistent_bytes):
       and "host_bytes", the host pool's arena for them;
     - "phases": per position, its node's phase ("forward", "backward", "recompute",
       "update");
-    - "arena_bytes", "lower_bound_bytes": the layout's figures.
+    - "arena_bytes", "arena_lower_bound_bytes": the layout's figures (the lower bound of the
+      whole step is the planned timeline's, memory/timeline.py).
 
     At position p the curve of the step's planned timeline is persistent_bytes + the bytes of
     the slots with first <= p <= last, and the tensors live there are the rows with
@@ -108,7 +119,7 @@ def live_tensors(plan, persistent_bytes):
         "host_bytes": plan.host_layout.arena_bytes,
         "phases": [plan.nodes[i].phase for i in plan.order],
         "arena_bytes": plan.layout.arena_bytes,
-        "lower_bound_bytes": plan.layout.lower_bound,
+        "arena_lower_bound_bytes": plan.layout.lower_bound,
     }
 
 
@@ -173,7 +184,8 @@ def describe(plan, label, limit=None):
 
 
 def planned_timeline(plan, persistent_bytes, persistent_blocks):
-    """Bytes and live tensors at each position: persistent + the slots live there."""
+    """Bytes and live tensors at each position: persistent + the slots live there; with the
+    pool's peak and the step's lower bound."""
     n = len(plan.order)
     delta_bytes, delta_live = [0] * (n + 1), [0] * (n + 1)
     for s in plan.slots:
@@ -195,4 +207,5 @@ def planned_timeline(plan, persistent_bytes, persistent_blocks):
         bytes_in_use,
         live,
         pool_peak=persistent_bytes + plan.layout.arena_bytes,
+        lower_bound=step_lower_bound(plan, persistent_bytes),
     )

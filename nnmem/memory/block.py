@@ -14,7 +14,8 @@ Memory contract
   it raises instead of returning garbage.
 - In eager mode with offloading, the device's tensor cache may move a block's bytes to host
   memory (``host`` is then that copy, and ``offset`` None) when memory runs short; any access
-  (``ensure_allocated``, ``array``) brings them back first (memory/cache.py).
+  (``ensure_allocated``, ``array``) brings them back first, and ``ensure_allocated`` keeps them
+  on the device while their copy to the host is still queued (memory/cache.py).
 """
 
 import math
@@ -60,12 +61,15 @@ class Block:
 
     def ensure_allocated(self):
         """Give the block its bytes if it has none yet (the lazy allocation point), or bring
-        them back from the host if the tensor cache evicted them."""
+        them back from the host if the tensor cache evicted them. Bytes the cache is copying
+        out stay on the device: a write may follow, which the host copy would miss."""
         if self.offset is None:
             if self.host is not None:
                 self.device.cache.fetch(self)
             else:
                 self.offset = self.device.alloc_block(self)
+        elif getattr(self.device, "cache", None) is not None:
+            self.device.cache.hold(self)
 
     def check_written(self):
         if self.host is not None:  # evicted: written, and on its way back when read

@@ -11,7 +11,8 @@ When an allocation cannot be served (the pool is full, or the budget is reached)
    current operation reads or writes are locked) is copied out to the host pool, on the copy
    stream, and more of them until their bytes would cover the request;
 2. the allocation waits for the oldest pending copy-out (its event: a condition variable),
-   frees that tensor's device bytes and tries again;
+   frees that tensor's device bytes (unless the current operation locked the tensor after its
+   copy began: it stays) and tries again;
 3. only when nothing is pending and nothing can be evicted does it fail, with the usual
    OutOfMemory.
 
@@ -56,6 +57,10 @@ class TensorCache:
         if self.policy == "conv" and operator_name != "Conv2d":
             return
         for block in blocks:
+            if id(block) in self.pending or id(block) in self.evicted:
+                # a candidate this cache is moving out, or moved: it is resident again once
+                # back (in `resident` meanwhile, it could be copied out twice, and leak)
+                continue
             # made in this step (or not yet: an output saved before its kernel runs)
             if (id(block) in self.born or not block.allocated) and block.arena_offset is None:
                 self.resident[id(block)] = block
@@ -82,6 +87,12 @@ class TensorCache:
             self.resident.move_to_end(key)
             self.counters["cache.hits"] += 1
 
+    def hold(self, block):
+        """`block` is about to be used on the device (Block.ensure_allocated): if its copy-out
+        is queued, it stays, and the host copy is dropped (a write after it would be lost)."""
+        if id(block) in self.pending:
+            self._settle(id(block), keep_on_device=True)
+
     def forget(self, block):
         """`block` is being freed: no copy of it is needed any more."""
         key = id(block)
@@ -105,7 +116,10 @@ class TensorCache:
             self._evict_for(max(block.nbytes - pool.stats()["free_bytes"], 1))
             if not self.pending:
                 return pool.alloc(block.nbytes, owner=block)  # fits now, or the clear error
-            self._settle(next(iter(self.pending)), keep_on_device=False)
+            # The oldest copy-out leaves, unless the running operation has locked its tensor
+            # since it began: then it stays (evicting it would only fetch it back at once).
+            key = next(iter(self.pending))
+            self._settle(key, keep_on_device=key in self.locked)
             offset = try_alloc(pool, block)
             if offset is not None:
                 return offset

@@ -47,9 +47,10 @@ class OutOfMemory(MemoryError):
     *fragmented*: there is enough memory in total, but not in one piece.
     Otherwise the pool must grow to at least ``capacity_lower_bound`` bytes
     (those in use plus this request; holes between live blocks and later
-    requests may need more). The report says both, and how to fix it; callers
-    that know more (the command line knows its flags) add notes with
-    ``add_note``.
+    requests may need more). The message says both (:meth:`report`), and how to
+    fix it (:meth:`advice`); callers that know more add notes with ``add_note``,
+    and the command line, which knows its flags, shows the report with advice
+    of its own instead.
     """
 
     MAX_LISTED = 10
@@ -91,6 +92,13 @@ class OutOfMemory(MemoryError):
         return self.capacity - self.free_bytes + self.request
 
     def _message(self) -> str:
+        return "\n".join(self.report() + self.advice())
+
+    def report(self) -> list[str]:
+        """What happened, as lines: the request, the pool's free memory, the biggest live blocks.
+
+        The first lines of the message; :meth:`advice` follows them. The command line
+        (``nnmem train``) prints this report under its own advice, given in its flags."""
         fb = format_bytes
         asked = f"{fb(self.request)} ({self.request} bytes"
         if self.nbytes != self.request:
@@ -110,7 +118,13 @@ class OutOfMemory(MemoryError):
                 lines.append(f"    {fb(size):>10} at offset {offset}: {description}")
         else:
             lines.append("  no live blocks: the request is larger than the whole pool.")
-        lines.append("How to fix it:")
+        return lines
+
+    def advice(self) -> list[str]:
+        """How to fix it, as lines, in Python's terms (a larger pool_bytes, a smaller batch, the
+        memory viewer of the step): the end of the message, after :meth:`report`."""
+        fb = format_bytes
+        lines = ["How to fix it:"]
         if self.fragmented:
             lines.append(
                 "  - the pool is fragmented: enough bytes are free in total but not in one piece; "
@@ -134,7 +148,7 @@ class OutOfMemory(MemoryError):
             "CxHxW --timeline oom.html (or, for a model of your own, nnmem.memory.viewer."
             "write_viewer with nnmem.planning.plan(model, input_shape, tensors=True))."
         )
-        return "\n".join(lines)
+        return lines
 
     def __reduce__(self):
         # Exceptions are pickled as type(self)(*self.args); our __init__ takes more

@@ -30,6 +30,7 @@ import random
 from typing import NamedTuple
 
 from nnmem.memory.pool import Pool
+from nnmem.memory.units import aligned_size
 
 #: Placement work allowed for the shuffled restarts, in (slot x slot) comparisons.
 RESTART_BUDGET = 2_000_000
@@ -103,7 +104,10 @@ def simulate(sizes, ranges, alignment=256):
     """(offsets, arena bytes) from a best-fit allocator run over the positions: at each
     position free the slots whose last position has passed, then allocate those that start
     (largest first)."""
-    pool = Pool(max(sum(sizes), alignment), alignment=alignment)  # offsets only, no bytes
+    # Offsets only, no bytes. The pool rounds every request up to the alignment; with room for
+    # every slot at once, rounded, it never runs out: its free top is always large enough.
+    room = sum(aligned_size(size, alignment) for size in sizes)
+    pool = Pool(max(room, alignment), alignment=alignment)
     starts, ends = {}, {}
     for i, (first, last) in enumerate(ranges):
         starts.setdefault(first, []).append(i)

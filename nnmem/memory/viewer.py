@@ -5,7 +5,8 @@ which blocks were allocated; nnmem knows the graph, so the viewer can also say w
 What the page shows (viewer.html, beside this file, draws it with a small script):
 - the bytes in use at every operation of the step, one curve per technique (measured eager
   curves and planned graph curves alike: memory/timeline.py's Timelines), and the lower
-  bound of the technique shown below;
+  bound of the technique shown below (Timeline.lower_bound: persistent + the most
+  intermediate bytes live at once, the figure the CLI and the plots print);
 - with offloading, each traced step's compute and copy lanes and the compute stream's
   stalls (TransferEngine.lanes());
 - for a planned technique (a Timeline whose ``tensors`` CompiledStep.live_tensors() filled),
@@ -36,11 +37,12 @@ def _page():
 
 def viewer_data(timelines, title, lanes=None, selected=None):
     """The dict the page draws: the title, each Timeline as {label, names, bytes, live,
-    peak_bytes, tensors} (peak_bytes: Timeline.peak, the pool's peak, which for a planned step
-    counts the arena's gaps and so may exceed the curve's top; tensors: None for a measured
-    timeline), `lanes` as {label: [[lane, name, start, end], ...]} (seconds from the step's
-    start), and the label of the technique whose tensors the page shows first (`selected`,
-    default: the first with tensors)."""
+    peak_bytes, lower_bound_bytes, tensors} (peak_bytes: Timeline.peak, the pool's peak, which
+    for a planned step counts the arena's gaps and so may exceed the curve's top;
+    lower_bound_bytes: Timeline.lower_bound; lower_bound_bytes and tensors are None for a
+    measured timeline), `lanes` as {label: [[lane, name, start, end], ...]} (seconds from the
+    step's start), and the label of the technique whose tensors the page shows first
+    (`selected`, default: the first with tensors)."""
     empty = [t.label for t in timelines if not t.names]
     if empty:  # the page would draw a curve through no point (NaN coordinates)
         raise ValueError(f"the timelines {empty} have no operation: there is nothing to draw")
@@ -51,6 +53,7 @@ def viewer_data(timelines, title, lanes=None, selected=None):
             "bytes": t.bytes,
             "live": t.live,
             "peak_bytes": t.peak,
+            "lower_bound_bytes": t.lower_bound,
             "tensors": t.tensors,
         }
         for t in timelines

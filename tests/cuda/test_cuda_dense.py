@@ -229,6 +229,30 @@ def test_softmax_cross_entropy_onehot(rng, n, c):
     run_twins("softmax_cross_entropy_backward_onehot", [nan, dloss, prob, t], writes=[0])
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("target", [np.int32, np.int64, np.float32, np.float64])
+def test_softmax_cross_entropy_takes_one_hot_rows_of_every_dtype(rng, dtype, target):
+    """SINGA's Model documentation fills an int32 tensor with one-hot rows: the CUDA kernels
+    take every target dtype the CPU's take, whatever the logits' dtype, with the CPU's numbers."""
+    n, c = 3, 4
+    x = _randn(rng, (n, c), dtype)
+    t = np.eye(c, dtype=target)[rng.integers(0, c, n)]
+    nan = np.full((n, c), np.nan, dtype)
+    loss = np.full(1, np.nan, dtype)
+    forward = "softmax_cross_entropy_forward_onehot"
+    (_, prob), _ = run_twins(forward, [loss, nan, x, t], [0, 1], dtype)
+    dloss = np.array([1.5], dtype)
+    run_twins("softmax_cross_entropy_backward_onehot", [nan, dloss, prob, t], [0], dtype)
+
+
+def test_one_hot_targets_of_another_kind_are_refused_in_one_line():
+    x = to_device(np.zeros((2, 3), np.float32))
+    loss, prob = empty_like(np.zeros(1, np.float32)), empty_like(np.zeros((2, 3), np.float32))
+    flags = to_device(np.zeros((2, 3), np.uint8))
+    with pytest.raises(TypeError, match="t has dtype uint8; targets are int32, int64, float32"):
+        gpu.softmax_cross_entropy_forward_onehot(loss, prob, x, flags)
+
+
 @pytest.mark.parametrize("shape", [(1, 1), (3, 50)])  # 150 elements: more than one block's worth
 def test_mse(rng, shape):
     x, t = _randn(rng, shape), _randn(rng, shape)

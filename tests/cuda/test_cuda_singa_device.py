@@ -59,3 +59,12 @@ def test_float16_is_refused_on_the_cuda_device():
     half = tensor.Tensor((4,), dev, tensor.float16).set_value(1.0)
     with pytest.raises(TypeError, match="float16 tensors on the CUDA device"):
         autograd.tanh(half)
+
+
+def test_a_small_tensor_prints_its_values_read_from_the_gpu():
+    dev = device.create_cuda_gpu("1MiB")
+    loss = tensor.from_numpy(np.array([np.log(10)], np.float32), dev)
+    assert repr(loss) == "Tensor([2.3026], dtype=float32, device=cuda:0)"
+    assert repr(tensor.Tensor((2,), dev)) == (
+        "Tensor(shape=(2,), dtype=float32, device=cuda:0, unwritten)"
+    )
