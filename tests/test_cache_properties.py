@@ -458,6 +458,24 @@ CacheMachine.TestCase.settings = settings(
 TestCacheMachine = CacheMachine.TestCase
 
 
+def _made(dev, n, saved):
+    """A tensor of n float32 values 0, 1, ..., saved for backward (a cache candidate) or not."""
+    t = tensor.Tensor((n,), dev, requires_grad=False)
+    t.copy_from_numpy(np.arange(n, dtype=np.float32))
+    if saved:
+        dev.keep_for_backward("Conv2d", [t])
+    return t
+
+
+def _two_candidates_leaving(dev):
+    """Tensors that fill a 16-block pool, the last one's allocation queueing the copy-outs of
+    the two candidates (held[0] and held[1]): the state both tests below start from."""
+    held = [_made(dev, 65, True), _made(dev, 64, True), _made(dev, 64, False)]
+    held.append(_made(dev, 768, False))
+    held.append(_made(dev, 75, False))  # the pool is full: the two candidates start to leave
+    return held
+
+
 def test_a_copy_out_that_began_before_the_operation_locked_its_tensor_keeps_it():
     """An allocation can end with copy-outs still pending (the bytes it asked for, unrounded,
     were covered before its pool block was). The next operation that reads such a tensor locks
@@ -466,17 +484,12 @@ def test_a_copy_out_that_began_before_the_operation_locked_its_tensor_keeps_it()
     dev = device.create_cpu_device(16 * A)
     dev.set_memory_budget(None, TensorCache(dev, "all"))
     with dev.step():
-
-        def made(n, saved):
-            t = tensor.Tensor((n,), dev, requires_grad=False)
-            t.copy_from_numpy(np.arange(n, dtype=np.float32))
-            if saved:
-                dev.keep_for_backward("Conv2d", [t])
-            return t
-
-        first = made(65, True)  # 260 bytes in a 512-byte block: the least recently used
-        b, other = made(64, True), made(64, True)
-        rest = [made(768, False), made(75, False)]  # full; then 300 bytes: the first two
+        first = _made(dev, 65, True)  # 260 bytes in a 512-byte block: the least recently used
+        b, other = _made(dev, 64, True), _made(dev, 64, True)
+        rest = [
+            _made(dev, 768, False),
+            _made(dev, 75, False),
+        ]  # full; then 300 bytes: the first two
         # candidates start to leave, and the first one's bytes suffice
         assert id(b.block) in dev.cache.pending
         where, seen = b.block.offset, []
@@ -501,21 +514,12 @@ def test_a_tensor_saved_again_while_its_copy_out_is_queued_is_freed_with_its_cop
     dev = device.create_cpu_device(16 * A)
     dev.set_memory_budget(None, TensorCache(dev, "all"))
     with dev.step():
-
-        def made(n, saved):
-            t = tensor.Tensor((n,), dev, requires_grad=False)
-            t.copy_from_numpy(np.arange(n, dtype=np.float32))
-            if saved:
-                dev.keep_for_backward("Conv2d", [t])
-            return t
-
-        held = [made(65, True), made(64, True), made(64, False), made(768, False)]
-        held.append(made(75, False))  # the pool is full: the two candidates start to leave
+        held = _two_candidates_leaving(dev)
         b = held[1]
         assert id(b.block) in dev.cache.pending
         dev.keep_for_backward("Conv2d", [b])  # saved again
         with pytest.raises(OutOfMemory):
-            made(128, False)  # 512 bytes: more than the two candidates free
+            _made(dev, 128, False)  # 512 bytes: more than the two candidates free
         np.testing.assert_array_equal(tensor.to_numpy(b), np.arange(64, dtype=np.float32))
         held.clear()
         del b
@@ -530,21 +534,12 @@ def test_a_host_write_to_a_tensor_whose_copy_out_is_queued_is_kept():
     dev = device.create_cpu_device(16 * A)
     dev.set_memory_budget(None, TensorCache(dev, "all"))
     with dev.step():
-
-        def made(n, saved):
-            t = tensor.Tensor((n,), dev, requires_grad=False)
-            t.copy_from_numpy(np.arange(n, dtype=np.float32))
-            if saved:
-                dev.keep_for_backward("Conv2d", [t])
-            return t
-
-        held = [made(65, True), made(64, True), made(64, False), made(768, False)]
-        held.append(made(75, False))  # the pool is full: the two candidates start to leave
+        held = _two_candidates_leaving(dev)
         b = held[1]
         assert id(b.block) in dev.cache.pending
         dev.Sync()  # the copy-out has read b's bytes
         b.copy_from_numpy(np.full(64, 7, np.float32))
-        held.append(made(64, False))  # needs b's bytes: b leaves now, with its new value
+        held.append(_made(dev, 64, False))  # needs b's bytes: b leaves now, with its new value
         assert b.block.host is not None
         held.pop()  # room for b to come back
         np.testing.assert_array_equal(tensor.to_numpy(b), np.full(64, 7, np.float32))
