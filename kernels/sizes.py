@@ -32,6 +32,24 @@ def conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw):
     return (c * kh * kw + o) * oh * ow
 
 
+#: Output pixels (GEMM columns) a sample group of the gemm passes reaches, per backend. CPU,
+#: measured here (float32, batch 32, one thread's CPU time): ResNet-20's layers take 0.5-1.1x
+#: the time of one GEMM over the whole batch (whose columns overflow the caches), AlexNet's
+#: conv2 1.04-1.09x; no other size from 512 to 8192 columns was faster throughout. A GPU needs
+#: more columns to have tiles for all its cores (kernels/cuda/conv.py).
+GEMM_GROUP_COLUMNS = {"cpu": 1024, "cuda": 8192}
+
+
+def conv2d_gemm_sample_group(n, oh, ow, backend):
+    """Samples per group of the gemm passes on `backend` ("cpu" or "cuda"): the fewest whose
+    OH*OW output pixels make GEMM_GROUP_COLUMNS[backend] columns, at most the batch N, at least
+    one. The passes multiply one group at a time, samples [0, G), [G, 2G), ... (the last one may
+    be smaller), so every GEMM has a shape fixed by the geometry and the batch: the same sums
+    in the same order whatever the workspace, which must hold one group (G samples of
+    conv2d_gemm_workspace_per_sample)."""
+    return max(1, min(n, -(-GEMM_GROUP_COLUMNS[backend] // (oh * ow))))
+
+
 # ---------------------------------------------------------------- 3x3 convolution (conv3x3.py)
 def conv3x3_applies(kh, kw, sh, sw, ph, pw):
     """Does this geometry (kernel, stride, padding) have a conv3x3 kernel?"""
@@ -55,6 +73,20 @@ def conv3x3_filter_need(c, o, h, w):
     """Workspace elements per sample of conv3x3's backward filter: C padded planes of x and O
     planes of dy."""
     return (c + o) * conv3x3_plane(h, w)
+
+
+#: Elements one loop of conv3x3's backward filter runs over, at most: a group of consecutive
+#: samples' planes laid end to end (kernels/cpu/conv3x3.py, _planes_filter, says why).
+CONV3X3_GROUP_ELEMENTS = 2048
+
+
+def conv3x3_filter_sample_group(n, h, w):
+    """Samples per group of conv3x3's backward filter: as many padded planes as make at most
+    CONV3X3_GROUP_ELEMENTS elements, at most the batch N, at least one. Each group's sums are
+    added into dw in order, groups [0, G), [G, 2G), ...: the chunks of the batch that fit the
+    workspace are whole groups, so the workspace must hold one group (G samples of
+    conv3x3_filter_need) and its size never changes the numbers."""
+    return max(1, min(n, CONV3X3_GROUP_ELEMENTS // conv3x3_plane(h, w)))
 
 
 def conv3x3_workspace_per_sample(c, o, h, w):

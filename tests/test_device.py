@@ -99,12 +99,12 @@ def test_operators_call_only_the_device_kernels(monkeypatch, use_graph):
 
     for name in cpu_kernels.__all__:
         monkeypatch.setattr(cpu_kernels, name, lambda *a, name=name, **k: pytest.fail(name))
-    monkeypatch.setattr(conv_ops, "BENCHMARKED", {})  # Conv2d times both of its algorithms
+    monkeypatch.setattr(conv_ops, "BENCHMARKED", {})  # Conv2d times its candidates
     dev = Counting("64MiB")
     data = batches((2, 2, 4, 4), 2, classes=3)
     losses = train(_Net(), data, use_graph, optimizer=opt.Adam(lr=0.01), dev=dev)[0]
     assert np.isfinite(losses).all()
-    used = "conv2d_forward_gemm conv2d_forward_direct batchnorm2d_forward_train"
+    used = "conv3x3_forward conv2d_forward_direct batchnorm2d_forward_train"
     used += " maxpool2d_backward avgpool2d_forward concat_copy_in concat_copy_out"
     used += " dropout_forward matmul adam_update increment"
     for used in used.split() + ["softmax_cross_entropy_forward"]:

@@ -12,8 +12,8 @@ convolutions). The GEMM kernels take groups = 1.
 Direct algorithm: loops only, no workspace, parallel over independent outputs
 (planes of y / dx, filters of dw); every output is summed in a fixed order.
 
-im2col + GEMM algorithm: the batch is processed in chunks of B samples; a chunk
-is unfolded into a column matrix and each pass becomes ONE large GEMM.
+im2col + GEMM algorithm: the batch is processed in sample groups of B samples; a
+group is unfolded into a column matrix and each pass becomes ONE large GEMM.
 
 cols layout (im2col / col2im): a 2-D C-contiguous array of shape
 (C*KH*KW, B*OH*OW) with
@@ -21,29 +21,34 @@ cols layout (im2col / col2im): a 2-D C-contiguous array of shape
 Rows follow w.reshape(O, C*KH*KW) and columns run over samples then output pixels, so
     forward:          Y' (O, B*L)   = W (O, K) @ cols (K, B*L)
     backward data:    cols (K, B*L) = W^T (K, O) @ dY' (O, B*L), then col2im
-    backward filter:  dW (O, K)     = dY' (O, B*L) @ cols^T (B*L, K)
+    backward filter:  dW (O, K)   (+)= dY' (O, B*L) @ cols^T (B*L, K)
 (K = C*KH*KW, L = OH*OW) are single GEMMs on views, and the only extra traffic is
 the cheap (B, O, L) <-> (O, B, L) transpose of the O-channel tensor Y' / dY'
 (skipped when B == 1, where Y' is y[n] itself).
 
+Sample groups, and why the workspace never changes the numbers: B is
+conv2d_gemm_sample_group (kernels/sizes.py), fixed by the geometry and the batch (enough
+samples for 1024 GEMM columns), and the groups are samples [0, B), [B, 2B), ... whatever the
+workspace. A GEMM's sums depend on its shape (OpenBLAS blocks the sums over K, and picks its
+kernels, by M, N and K: measured, the forward GEMM of a 5x5 convolution over 2 samples and
+over 7 give different last bits for the same sample), so chunks sized to the workspace would
+make the numbers depend on it. Here every GEMM has a shape fixed by the geometry, and backward
+filter adds each group's product into dw in group order (BLAS's beta = 1: no room needed for a
+partial product).
+
 Workspace (1-D, same dtype as x): per sample (K + O) * L elements (cols + Y'/dY'):
-conv2d_gemm_workspace_per_sample in kernels/sizes.py.
-The kernels use B = min(N, workspace.size // ((K+O)*L)) samples per chunk. The
-backward-filter pass, when it needs several chunks, sums their partial products
-into dw in chunk order; it keeps the partial product of a chunk in whatever
-workspace is left over (reserving O*K elements for it if the workspace allows,
-otherwise computing dW in tiles that fit), so any workspace that holds one sample
-is enough for every pass. Results are deterministic for a given workspace size;
-different chunkings agree to rounding.
+conv2d_gemm_workspace_per_sample in kernels/sizes.py. A pass needs one group of them,
+B * (K + O) * L elements, at the start of the workspace; a smaller workspace is refused, and a
+larger one is not used beyond them.
 """
 
 import numpy as np
 from numba import prange
 
+from ..sizes import conv2d_gemm_sample_group
 from ._jit import njit
 from ._window import valid_range
-from .elementwise import axpy
-from .gemm import matmul
+from .gemm import gemm, matmul
 
 
 def _check_conv_shapes(y, x, w, sh, sw, ph, pw, groups=1):
@@ -241,7 +246,7 @@ conv2d_backward_filter_direct = njit(parallel=True, cache=True)(_conv2d_backward
 
 # ---------------------------------------------------------------- im2col + GEMM
 def _gemm_setup(name, y, x, w, workspace, sh, sw, ph, pw):
-    """Validate arguments of a GEMM pass; return (K, L, per_sample, samples_per_chunk)."""
+    """Validate arguments of a GEMM pass; return (K, L, samples per group)."""
     for arr, label in ((y, "y/dy"), (x, "x/dx"), (w, "w/dw"), (workspace, "workspace")):
         if not arr.flags.c_contiguous:
             raise ValueError(f"{name}: {label} must be C-contiguous")
@@ -253,14 +258,17 @@ def _gemm_setup(name, y, x, w, workspace, sh, sw, ph, pw):
     o, _, kh, kw = w.shape
     check_conv_shapes(y, x, w, sh, sw, ph, pw)
     k = c * kh * kw
-    npix = y.shape[2] * y.shape[3]  # L = OH*OW, output pixels per sample
+    oh, ow = y.shape[2], y.shape[3]
+    npix = oh * ow  # L = OH*OW, output pixels per sample
+    group = conv2d_gemm_sample_group(n, oh, ow, "cpu")
     per = (k + o) * npix
-    if workspace.size < per:
+    if workspace.size < group * per:
         raise ValueError(
-            f"{name}: workspace has {workspace.size} elements but one sample needs {per} "
-            f"((C*KH*KW + O)*OH*OW = ({c}*{kh}*{kw} + {o})*{npix})"
+            f"{name}: workspace has {workspace.size} elements but a group of {group} samples "
+            f"needs {group * per} (conv2d_gemm_sample_group samples of (C*KH*KW + O)*OH*OW = "
+            f"({c}*{kh}*{kw} + {o})*{npix}): the pass multiplies whole groups"
         )
-    return k, npix, per, min(n, workspace.size // per)
+    return k, npix, group
 
 
 def _chunk_views(workspace, k, o, npix, b):
@@ -271,14 +279,14 @@ def _chunk_views(workspace, k, o, npix, b):
 
 
 def conv2d_forward_gemm(y, x, w, workspace, sh, sw, ph, pw):
-    """y = conv2d(x, w) via im2col + one GEMM per chunk.
-    Writes y; uses workspace (>= per-sample size, 1-D, x.dtype)."""
-    k, npix, per, bsz = _gemm_setup("conv2d_forward_gemm", y, x, w, workspace, sh, sw, ph, pw)
+    """y = conv2d(x, w) via im2col + one GEMM per group of samples.
+    Writes y; uses workspace (>= one group, 1-D, x.dtype)."""
+    k, npix, group = _gemm_setup("conv2d_forward_gemm", y, x, w, workspace, sh, sw, ph, pw)
     n = x.shape[0]
     o, _, kh, kw = w.shape
     wm = w.reshape(o, k)
-    for n0 in range(0, n, bsz):
-        b = min(bsz, n - n0)
+    for n0 in range(0, n, group):
+        b = min(group, n - n0)
         cols, tbuf = _chunk_views(workspace, k, o, npix, b)
         im2col(cols, x[n0 : n0 + b], kh, kw, sh, sw, ph, pw)
         if b == 1:
@@ -289,16 +297,14 @@ def conv2d_forward_gemm(y, x, w, workspace, sh, sw, ph, pw):
 
 
 def conv2d_backward_data_gemm(dx, dy, w, workspace, sh, sw, ph, pw):
-    """dx = adjoint of conv2d w.r.t. x via GEMM + col2im per chunk.
+    """dx = adjoint of conv2d w.r.t. x via GEMM + col2im per group of samples.
     Overwrites dx; uses workspace like the forward."""
-    k, npix, per, bsz = _gemm_setup(
-        "conv2d_backward_data_gemm", dy, dx, w, workspace, sh, sw, ph, pw
-    )
+    k, npix, group = _gemm_setup("conv2d_backward_data_gemm", dy, dx, w, workspace, sh, sw, ph, pw)
     n = dx.shape[0]
     o, _, kh, kw = w.shape
     wt = w.reshape(o, k).T
-    for n0 in range(0, n, bsz):
-        b = min(bsz, n - n0)
+    for n0 in range(0, n, group):
+        b = min(group, n - n0)
         cols, tbuf = _chunk_views(workspace, k, o, npix, b)
         if b == 1:
             dyt = dy[n0].reshape(o, npix)
@@ -309,71 +315,47 @@ def conv2d_backward_data_gemm(dx, dy, w, workspace, sh, sw, ph, pw):
         col2im(dx[n0 : n0 + b], cols, kh, kw, sh, sw, ph, pw)
 
 
+FEW_FILTERS = 16
+
+
 def conv2d_backward_filter_gemm(dw, dy, x, workspace, sh, sw, ph, pw):
-    """dw = adjoint of conv2d w.r.t. w via im2col + GEMM, summing chunks in order.
-    Overwrites dw; uses workspace."""
-    k, npix, per, bsz = _gemm_setup(
+    """dw = adjoint of conv2d w.r.t. w via im2col + GEMM, each group's product added into dw in
+    group order. Overwrites dw; uses workspace.
+
+    With few filters (O <= FEW_FILTERS) the sums are made in the transposed orientation,
+    dw^T (K,O) (+)= cols @ dyt^T, which OpenBLAS runs faster (ResNet-20's 16-filter layers,
+    batch 32, the whole batch one GEMM: 4.7 against 5.9 ms; in groups of one 32x32 sample: 3.5
+    against 3.8 ms of CPU time on one thread; with 20 or more filters it was slower, so they
+    keep dyt @ cols^T). They go into dw's own bytes viewed as (K,O), which at the end are
+    copied to the start of the workspace (the last group's cols are spent by then) and
+    transposed back into dw: no memory beyond what the pass already has. Where one group's
+    workspace is smaller than dw (a tiny image and a tiny batch), the direct orientation. The
+    choice follows the geometry, never the workspace: the same numbers in any workspace."""
+    k, npix, group = _gemm_setup(
         "conv2d_backward_filter_gemm", dy, x, dw, workspace, sh, sw, ph, pw
     )
     n = x.shape[0]
     o, _, kh, kw = dw.shape
+    if n == 0:  # an empty batch: no group writes dw, and its gradient is zero
+        dw[...] = 0
+        return
     dwm = dw.reshape(o, k)
-    if bsz < n:
-        # several chunks: leave room for a chunk's partial product (O*K) if we can
-        bsz = max(1, min(bsz, (workspace.size - o * k) // per))
-    for chunk, n0 in enumerate(range(0, n, bsz)):
-        b = min(bsz, n - n0)
+    transposed = o <= FEW_FILTERS and group * (k + o) * npix >= k * o
+    sums = dwm.reshape(-1).reshape(k, o) if transposed else dwm  # dw's bytes as (K, O) or (O, K)
+    for n0 in range(0, n, group):
+        b = min(group, n - n0)
         cols, tbuf = _chunk_views(workspace, k, o, npix, b)
         im2col(cols, x[n0 : n0 + b], kh, kw, sh, sw, ph, pw)
         if b == 1:
             dyt = dy[n0].reshape(o, npix)
-            used = k * npix
         else:
             dyt = tbuf
             swap01(dyt.reshape(o, b, npix), dy[n0 : n0 + b].reshape(b, o, npix))
-            used = (k + o) * b * npix
-        if chunk == 0:
-            _product_transposed(dwm, dyt, cols, workspace)
+        if transposed:
+            gemm(sums, cols, dyt, False, True, n0 > 0)  # dW^T (+)= cols @ dY'^T
         else:
-            _accumulate_tiled(dwm, dyt, cols, workspace[used:])
-
-
-FEW_FILTERS = 16
-
-
-def _product_transposed(dwm, dyt, cols, workspace):
-    """dwm (O,K) = dyt (O,M) @ cols^T (M,K). With few filters (O <= 16) it is computed as its
-    transpose cols @ dyt^T (K,O), which OpenBLAS runs faster (ResNet-20's 16-filter layers,
-    batch 32: 4.7 against 5.9 ms; with 20 or more filters it was slower, so they keep dyt @
-    cols^T). The product goes into dwm's own bytes viewed as (K,O), is copied to the start of
-    the workspace (cols is spent by then) and transposed back into dwm: no memory beyond what
-    the pass already has. A workspace smaller than dwm (a one-sample chunk of a tiny image)
-    takes the direct orientation."""
-    o, k = dwm.shape
-    if o > FEW_FILTERS or workspace.size < k * o:
-        matmul(dwm, dyt, cols.T)
-        return
-    zt = dwm.reshape(-1).reshape(k, o)
-    matmul(zt, cols, dyt, trans_b=True)
-    scratch = workspace[: k * o].reshape(k, o)
-    scratch[...] = zt
-    dwm[...] = scratch.T
-
-
-def _accumulate_tiled(dwm, dyt, cols, spare):
-    """dwm (O,K) += dyt (O,M) @ cols^T (M,K), computing the product in tiles that fit in `spare`,
-    in a fixed order."""
-    o, k = dwm.shape
-    room = spare.size  # >= 1: a one-sample chunk leaves at least O*L elements free
-    rows = max(1, min(o, room // k))
-    width = k if room >= k else room
-    for o0 in range(0, o, rows):
-        o1 = min(o, o0 + rows)
-        for r0 in range(0, k, width):
-            r1 = min(k, r0 + width)
-            part = spare[: (o1 - o0) * (r1 - r0)].reshape(o1 - o0, r1 - r0)
-            matmul(part, dyt[o0:o1], cols[r0:r1].T)
-            if r1 - r0 == k:
-                axpy(dwm[o0:o1].reshape(-1), 1.0, part.reshape(-1))
-            else:  # rows == 1 here: one row segment, contiguous
-                axpy(dwm[o0, r0:r1], 1.0, part.reshape(-1))
+            gemm(sums, dyt, cols, False, True, n0 > 0)  # dW (+)= dY' @ cols^T
+    if transposed:
+        scratch = workspace[: k * o].reshape(k, o)
+        scratch[...] = sums
+        dwm[...] = scratch.T

@@ -26,8 +26,8 @@ any pass needs: forward, the padded planes of x and each output plane's sums (an
 rows as long as the padded ones, so that one loop runs over a whole plane (for the 8x8 planes of
 ResNet's last stage a row alone is too short a loop to pay for itself); backward data, the same
 for dy and dx; backward filter, the padded planes of x and the planes of dy. The batch runs in
-chunks of as many samples as the workspace holds, and backward filter adds the chunks' sums into
-dw in chunk order.
+chunks of as many samples as the workspace holds; backward filter's chunks are whole sample
+groups (conv3x3_filter_sample_group, below), so its workspace must hold one group.
 
 Non-finite numbers: a NaN or infinity reaches every output it reaches in the direct kernels. One
 difference comes from the padding: backward filter multiplies zeros (the border, the extra
@@ -40,14 +40,22 @@ Determinism: one thread computes each output element (each dw entry) in a fixed 
 result does not depend on the thread count. The forward sums use fused multiply-adds
 (``fastmath`` "contract": one rounding per term instead of two, measured 1.07-1.18x faster),
 and backward filter's dot products are vectorised by letting LLVM reassociate their sums
-("reassoc"): fixed choices, the same on every call of the compiled kernel. Backward filter's
-sums depend on how the batch is cut (chunks, groups of samples), as the GEMM's do.
+("reassoc"): fixed choices, the same on every call of the compiled kernel. No pass depends on
+the workspace's size: forward and backward data compute each sample alone, whatever the chunk,
+and backward filter sums sample groups fixed by the image size (samples [0, G), [G, 2G), ...
+with G = conv3x3_filter_sample_group) and adds them into dw in order, every chunk being whole
+groups.
 """
 
 import numpy as np
 from numba import prange
 
-from ..sizes import conv3x3_filter_need, conv3x3_forward_need, conv3x3_plane
+from ..sizes import (
+    conv3x3_filter_need,
+    conv3x3_filter_sample_group,
+    conv3x3_forward_need,
+    conv3x3_plane,
+)
 from ._jit import by_size, njit
 
 # Non-negative indices as unsigned: Numba then drops its negative-index wraparound, which
@@ -55,8 +63,6 @@ from ._jit import by_size, njit
 _u = np.uint64
 # Input channels per task of backward filter (with a pair of filters): see _planes_filter.
 CHANNEL_BLOCK = 8
-# Elements per loop of backward filter, at most (or one sample's plane): see _planes_filter.
-GROUP_ELEMENTS = 2048
 
 
 def _check(y, x, w):
@@ -161,19 +167,22 @@ def _planes_forward(y, padded, acc, w, flipped):
 planes_forward = njit(parallel=True, cache=True, fastmath={"contract"})(_planes_forward)
 
 
-def _planes_filter(dw, rows, padded, w2, plane, accumulate):
+def _planes_filter(dw, rows, padded, w2, plane, group, accumulate):
     """dw[o,c,p,q] (+)= sum_u rows[o,u] padded[c,u+p*W2+q], over the samples of a chunk laid
     end to end: padded[c] holds the chunk's padded planes of channel c one after another (each
     `plane` elements), rows[o] holds dy's planes the same way, in rows as long as the padded
     ones, W2 (zeros in the two extra columns and in the rest of each plane: spread). Overwrites
     dw, or adds to it (accumulate: a later chunk of the batch).
 
-    The samples are summed in groups: one loop runs over a group of consecutive samples, at
-    most GROUP_ELEMENTS elements (one sample when its plane is longer), and the groups add up
-    in order. Where the loop crosses from one sample into the next, rows is zero, so with
-    finite numbers nothing of one sample meets the other's input. One loop over many 8x8
-    planes, where a loop per sample would be 80 elements long, spends less on finishing its
-    sums (measured 1.4x faster); a group's two rows (below) stay in the L1 cache.
+    The samples are summed in groups: one loop runs over a group of `group` consecutive
+    samples, at most CONV3X3_GROUP_ELEMENTS elements (one sample when its plane is longer:
+    kernels/sizes.py, conv3x3_filter_sample_group), and the groups add up in order. Where the
+    loop crosses from one sample into the next, rows is zero, so with finite numbers nothing of
+    one sample meets the other's input. One loop over many 8x8 planes, where a loop per sample
+    would be 80 elements long, spends less on finishing its sums (measured 1.4x faster); a
+    group's two rows (below) stay in the L1 cache. The chunk starts at a group's first sample
+    (conv3x3_backward_filter cuts the batch into whole groups), so the groups are the same in
+    every chunking.
 
     Two filters share each loop: the nine shifted reads of the input plane feed both filters'
     nine sums (18 sums, one vector register each), so a loop makes 11 reads for 18
@@ -183,12 +192,11 @@ def _planes_filter(dw, rows, padded, w2, plane, accumulate):
     Parallel over (pair of filters, block of CHANNEL_BLOCK channels): a thread keeps its two
     rows in the L1 cache while the block's padded planes stream past them, and there are
     enough tasks for 16 threads with 16 filters. Each dw[o, c] is one task's, summed in an
-    order fixed by the shapes and the chunking: the same bits on any number of threads."""
+    order fixed by the shapes and the group: the same bits on any number of threads."""
     o = rows.shape[0]
     c = padded.shape[0]
     nb = rows.shape[1] // plane
     size = plane - 2 * w2 - 2  # a sample's rows of dy: H*W2
-    group = max(1, GROUP_ELEMENTS // plane)
     r1 = _u(w2)
     r2 = _u(2 * w2)
     pairs = (o + 1) // 2
@@ -253,14 +261,17 @@ planes_filter = njit(parallel=True, cache=True, fastmath={"reassoc", "nsz", "con
 )
 
 
-def _chunks(n, workspace, per_sample):
-    """Samples per chunk: as many as the workspace holds; it must hold one."""
-    if workspace.ndim != 1 or workspace.size < per_sample:
+def _chunks(n, workspace, per_sample, group=1):
+    """Samples per chunk: as many as the workspace holds, whole groups of `group` samples
+    unless the chunk is the whole batch; it must hold one group."""
+    if workspace.ndim != 1 or workspace.size < group * per_sample:
         raise ValueError(
-            f"conv3x3: the workspace has {workspace.size} elements, one sample of this pass "
-            f"needs {per_sample}; give it conv3x3_workspace_per_sample elements per sample"
+            f"conv3x3: the workspace has {workspace.size} elements, {group} sample(s) of this "
+            f"pass need {group * per_sample}; give it conv3x3_workspace_per_sample elements "
+            f"per sample, for a group (conv3x3_filter_sample_group) at least"
         )
-    return min(n, workspace.size // per_sample)
+    samples = min(n, workspace.size // per_sample)
+    return samples if samples == n else samples - samples % group
 
 
 def _views(workspace, b, inputs, outputs, h, w):
@@ -296,13 +307,14 @@ def conv3x3_backward_data(dx, dy, w, workspace):
 
 
 def conv3x3_backward_filter(dw, dy, x, workspace):
-    """dw = adjoint of conv3x3 w.r.t. w, the chunks' sums added in order. Overwrites dw; uses
-    workspace."""
+    """dw = adjoint of conv3x3 w.r.t. w, the groups' sums added in order. Overwrites dw; uses
+    workspace (one group at least)."""
     check(dy, x, dw)
     n, c, h, wd = x.shape
     o = dy.shape[1]
     plane = conv3x3_plane(h, wd)
-    b = _chunks(n, workspace, conv3x3_filter_need(c, o, h, wd))
+    group = conv3x3_filter_sample_group(n, h, wd)
+    b = _chunks(n, workspace, conv3x3_filter_need(c, o, h, wd), group)
     for n0 in range(0, n, b):
         chunk = x[n0 : n0 + b]
         nb = chunk.shape[0]
@@ -312,5 +324,11 @@ def conv3x3_backward_filter(dw, dy, x, workspace):
         spread(padded, chunk, wd + 3, True)
         spread(rows, dy[n0 : n0 + b], 0, True)
         planes_filter(
-            dw, rows.reshape(o, nb * plane), padded.reshape(c, nb * plane), wd + 2, plane, n0 > 0
+            dw,
+            rows.reshape(o, nb * plane),
+            padded.reshape(c, nb * plane),
+            wd + 2,
+            plane,
+            group,
+            n0 > 0,
         )

@@ -7,7 +7,9 @@ kernel, as many as ``numba.set_num_threads`` gives the calling thread, and no se
 threads fights Numba's for the cores (blas.py says what that costs).
 
 Memory contract: ``matmul`` writes into ``out`` and allocates nothing, provided ``out`` does not
-overlap ``a`` or ``b``. ``a`` and ``b`` may be transposed or sliced views (BLAS reads them through
+overlap ``a`` or ``b``. ``gemm``, the same product with a flag that adds it into ``out`` (BLAS's
+beta = 1: the convolution's backward filter sums groups of samples so), allocates nothing either
+where OpenBLAS runs it. ``a`` and ``b`` may be transposed or sliced views (BLAS reads them through
 its transpose flags and leading dimensions); one with no unit stride (and an integer dtype)
 goes to ``np.matmul``, which copies it.
 
@@ -41,9 +43,10 @@ def gemm_chunk(extent):
     return max(MIN_CHUNK, -(-per // MIN_CHUNK) * MIN_CHUNK)
 
 
-def _gemm_in_chunks(gemm, by_rows, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, chunk, size):
-    """c = op(a) @ op(b) (row-major, addresses and leading dimensions in elements of `size`
-    bytes), one single-threaded GEMM per chunk of `chunk` rows (by_rows) or columns of c."""
+def _gemm_in_chunks(blas_gemm, by_rows, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, chunk, size, beta):
+    """c = op(a) @ op(b) + beta * c (beta 0 or 1; row-major, addresses and leading dimensions in
+    elements of `size` bytes), one single-threaded GEMM per chunk of `chunk` rows (by_rows) or
+    columns of c."""
     extent = m if by_rows else n
     for p in prange((extent + chunk - 1) // chunk):
         lo = p * chunk
@@ -56,7 +59,7 @@ def _gemm_in_chunks(gemm, by_rows, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, chun
             rows, cols = m, width
             b_at = b + lo * (ldb if tb == blas.TRANS else 1) * size
             a_at, c_at = a, c + lo * size
-        gemm(blas.ROW_MAJOR, ta, tb, rows, cols, k, 1.0, a_at, lda, b_at, ldb, 0.0, c_at, ldc)
+        blas_gemm(blas.ROW_MAJOR, ta, tb, rows, cols, k, 1.0, a_at, lda, b_at, ldb, beta, c_at, ldc)
 
 
 # One compiled function per dtype: Numba would run the float32 one for dgemm as well (it takes
@@ -86,6 +89,13 @@ def matmul(out, a, b, trans_a=False, trans_b=False):
     set (a and b are passed as stored: the linear layer's backward multiplies by W^T this way,
     and the CUDA twin reads the transpose through its indexing instead of a strided view).
     Writes out (C-contiguous, same dtype); no workspace."""
+    gemm(out, a, b, trans_a, trans_b, False)
+
+
+def gemm(out, a, b, trans_a, trans_b, accumulate):
+    """out (+)= op(a) @ op(b): matmul, or with `accumulate` the product added into out (BLAS's
+    beta = 1: each element's sum goes on from the value out holds). Without a usable OpenBLAS an
+    accumulated product is made apart and added (NumPy allocates it)."""
     if out.dtype != a.dtype or out.dtype != b.dtype:
         raise TypeError(f"matmul: dtypes must match, got out={out.dtype}, a={a.dtype}, b={b.dtype}")
     m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
@@ -94,18 +104,23 @@ def matmul(out, a, b, trans_a=False, trans_b=False):
         raise ValueError(f"matmul: shapes {a.shape}, {b.shape} -> {out.shape} do not agree")
     if not out.flags.c_contiguous:
         raise ValueError("matmul: out must be C-contiguous")
-    small = m * n * k <= SMALL_PRODUCT
+    # np.matmul cannot add into out: an accumulated product goes to OpenBLAS whatever its size
+    small = m * n * k <= SMALL_PRODUCT and not accumulate
     op_a = op_b = None
     if not small and blas.FOUND is not None and out.dtype in GEMM_IN_CHUNKS:
         op_a, op_b = _blas_operand(a, trans_a), _blas_operand(b, trans_b)
     if op_a is None or op_b is None:
-        np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=out)  # empty ones too
+        left, right = (a.T if trans_a else a), (b.T if trans_b else b)
+        if accumulate:
+            out += np.matmul(left, right)
+        else:
+            np.matmul(left, right, out=out)  # empty ones too
         return
     by_rows = m > n
-    gemm, gemm_in_chunks = GEMM_IN_CHUNKS[out.dtype]
+    name, gemm_in_chunks = GEMM_IN_CHUNKS[out.dtype]
     with blas.single_threaded():
         gemm_in_chunks(
-            getattr(blas.FOUND, gemm),
+            getattr(blas.FOUND, name),
             by_rows,
             op_a[0],
             op_b[0],
@@ -120,4 +135,5 @@ def matmul(out, a, b, trans_a=False, trans_b=False):
             n,
             gemm_chunk(m if by_rows else n),
             out.itemsize,
+            1.0 if accumulate else 0.0,
         )

@@ -7,17 +7,21 @@ window(c) is the `size` channels c - size//2 .. c - size//2 + size - 1, clipped 
 (channels outside count as zeros, and the sum is still divided by `size`): the same window as
 torch.nn.LocalResponseNorm and, for odd sizes, Caffe.
 
-Backward (y and scale are the forward's outputs, kept for it):
+Backward (x and y as the forward read and wrote them; scale rebuilt from x):
     dx[c] = dy[c] * scale[c]^(-beta)
             - 2*alpha*beta/size * x[c] * sum_{c' : c in window(c')} dy[c'] * y[c'] / scale[c']
 For odd sizes {c' : c in window(c')} is window(c) itself; for even sizes it is the mirrored
 window c + size//2 - size + 1 .. c + size//2, which the kernel uses.
 
-Memory: `scale` has x's shape and is written by the forward so that the backward needs no
-second pass over the window sums (Caffe keeps it too). Each window sum is taken directly (no
-running sum, whose subtractions would lose precision), in a fixed channel order, with a
-float64 accumulator: results are deterministic. Both kernels run in parallel over the (n, h)
-rows, read and write contiguous w-runs, and allocate nothing.
+Memory: the forward writes y only, and the backward reads x, y and dy (as cuDNN's LRN and
+SuperNeurons do): scale, a tensor of x's size, is never stored. The backward takes the window
+sums again (window_scale, which both kernels call, so the sums are the forward's bit for bit)
+and rounds each scale to x's dtype, as storing it used to: dx is the one a backward reading a
+stored scale computed, bit for bit. The price: size + 1 window sums per element in the
+backward (the mirrored window's scales and its own; no powers: y is read, not rebuilt).
+Each window sum is taken directly (no running sum, whose subtractions would lose precision),
+in a fixed channel order, with a float64 accumulator: results are deterministic. Both kernels
+run in parallel over the (n, h) rows, read and write contiguous w-runs, and allocate nothing.
 """
 
 import math
@@ -42,39 +46,48 @@ def _check_lrn(a, x, size):
 check_lrn = njit(cache=True)(_check_lrn)
 
 
-def _lrn_forward(y, scale, x, size, alpha, beta, k):
-    """scale = k + alpha/size * (window sum of x^2); y = x * scale^-beta. Writes y and scale."""
+def _window_scale(x, b, ci, u, v, size, k, alpha_n):
+    """scale at x[b, ci, u, v], in float64: k + alpha_n * (sum of x^2 over window(ci), in
+    channel order; each square in x's dtype, as Numba multiplies two float32)."""
+    lo = max(ci - size // 2, 0)
+    hi = min(ci - size // 2 + size, x.shape[1])
+    s = 0.0
+    for cc in range(lo, hi):
+        a = x[b, _u(cc), u, v]
+        s += a * a
+    return k + alpha_n * s
+
+
+window_scale = njit(cache=True, inline="always")(_window_scale)
+
+
+def _lrn_forward(y, x, size, alpha, beta, k):
+    """y = x * scale^-beta, scale = k + alpha/size * (window sum of x^2) in float64. Writes y."""
     check_lrn(y, x, size)
-    check_lrn(scale, x, size)
     n, c, h, w = x.shape
-    coef = alpha / size
-    before = size // 2  # channels of the window before c
+    alpha_n = alpha / size
     for t in prange(n * h):
         b = t // h
         u = t % h
         for ci in range(c):
-            lo = max(ci - before, 0)
-            hi = min(ci - before + size, c)
             for v in range(w):
-                s = 0.0
-                for cc in range(lo, hi):
-                    a = x[b, _u(cc), u, v]
-                    s += a * a
-                d = k + coef * s
-                scale[b, ci, u, v] = d
+                d = window_scale(x, b, ci, u, v, size, k, alpha_n)
                 y[b, ci, u, v] = x[b, ci, u, v] * math.pow(d, -beta)
 
 
-def _lrn_backward(dx, dy, x, y, scale, size, alpha, beta):
-    """dx = dy*scale^-beta - 2*alpha*beta/size * x * (mirrored window sum of dy*y/scale).
-    Writes dx."""
+def _lrn_backward(dx, dy, x, y, size, alpha, beta, k):
+    """dx = dy*scale^-beta - 2*alpha*beta/size * x * (mirrored window sum of dy*y/scale), each
+    scale rebuilt from x and rounded to x's dtype. Writes dx."""
     check_lrn(dx, x, size)
     check_lrn(dy, x, size)
     check_lrn(y, x, size)
-    check_lrn(scale, x, size)
     n, c, h, w = x.shape
+    alpha_n = alpha / size
     coef = 2.0 * alpha * beta / size
     after = size // 2  # window(c') contains c for c' in c + after - size + 1 .. c + after
+    # Each scale in x's dtype, as a stored scale would be: in float32, dy*y/scale is then
+    # float32 arithmetic, and scale^-beta the power of the rounded value, as before.
+    rounded = x.dtype.type
     for t in prange(n * h):
         b = t // h
         u = t % h
@@ -84,8 +97,9 @@ def _lrn_backward(dx, dy, x, y, scale, size, alpha, beta):
             for v in range(w):
                 s = 0.0
                 for cc in range(lo, hi):
-                    s += dy[b, _u(cc), u, v] * y[b, _u(cc), u, v] / scale[b, _u(cc), u, v]
-                d = scale[b, ci, u, v]
+                    d = rounded(window_scale(x, b, cc, u, v, size, k, alpha_n))
+                    s += dy[b, _u(cc), u, v] * y[b, _u(cc), u, v] / d
+                d = rounded(window_scale(x, b, ci, u, v, size, k, alpha_n))
                 dx[b, ci, u, v] = dy[b, ci, u, v] * math.pow(d, -beta) - coef * x[b, ci, u, v] * s
 
 

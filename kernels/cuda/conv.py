@@ -10,7 +10,7 @@ from every (o, p, q) whose window covers its input pixel instead of scattering i
 run along the last axis, so a warp writes consecutive elements.
 
 im2col + GEMM algorithm: the kernels/cpu algorithm, with the same workspace contract, layout and
-chunking (read kernels/cpu/conv.py's docstring): a chunk of B samples is unfolded into
+groups of samples (read kernels/cpu/conv.py's docstring): a group of B samples is unfolded into
     cols[(c*KH + p)*KW + q, (b*OH + i)*OW + j] = x[b, c, i*sh+p-ph, j*sw+q-pw]  (0 in the padding),
 a (K, B*L) matrix (K = C*KH*KW, L = OH*OW), and each pass is ONE tiled GEMM (gemm.py):
     forward:          Y' (O, B*L)   = W (O, K) @ cols (K, B*L)
@@ -21,17 +21,22 @@ kernel; skipped when B == 1, where Y' is y[n] itself). im2col writes one cols el
 (consecutive threads, consecutive columns: coalesced writes); col2im gives one thread to each
 pixel of x, which gathers the cols entries that came from it (no atomics).
 
-Workspace (1-D, x's dtype, C-contiguous): at least conv2d_gemm_workspace_per_sample(...) =
-(K + O) * L elements, B = min(N, workspace.size // ((K + O) * L)) samples per chunk: cols at the
-start, the (O, B*L) buffer after it. The backward-filter pass adds each later chunk's product into
-dw in place (the GEMM's ``accumulate``), so unlike the CPU it needs no room for a partial product;
-any workspace that suits the CPU suits it. Chunks run in order on one stream: deterministic.
+Sample groups: B = conv2d_gemm_sample_group(N, OH, OW, "cuda") (kernels/sizes.py), fixed by
+the geometry and the batch, never by the workspace: every GEMM has the same shape in any
+workspace, so the same sums (gemm.py picks its kernel, and so the order of a sum, by the
+product's shape). A GPU's groups are larger than a CPU's (8192 GEMM columns against 1024): a
+forward GEMM of 16 filters over 1024 columns has 64 tiles of 16 x 16, one block each, where a
+GPU runs thousands of blocks at once. Workspace (1-D, x's dtype, C-contiguous): one group,
+B * (K + O) * L elements (conv2d_gemm_workspace_per_sample each): cols at the start, the
+(O, B*L) buffer after it; a smaller one is refused. The backward-filter pass adds each later
+group's product into dw in place (the GEMM's ``accumulate``), in group order on one stream:
+deterministic.
 """
 
 from numba import cuda
 
 from ..cpu import conv as cpu_conv
-from ..sizes import conv2d_output_shape
+from ..sizes import conv2d_gemm_sample_group, conv2d_output_shape
 from ._launch import (
     A2,
     A3,
@@ -266,21 +271,24 @@ def _swap01(out, x, stream):
 
 # ---------------------------------------------------------------- im2col + GEMM
 def _gemm_setup(name, y, x, w, workspace, sh, sw, ph, pw):
-    """Validate a GEMM pass; return (K, L, samples per chunk) as kernels/cpu/conv.py does."""
+    """Validate a GEMM pass; return (K, L, samples per group) as kernels/cpu/conv.py does."""
     _check_conv(name, y, x, w, sh, sw, ph, pw)
     check_device(name, ndim=1, workspace=workspace)
     float_dtype(name, x=x, workspace=workspace)
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
     k = c * kh * kw
-    npix = y.shape[2] * y.shape[3]  # L = OH*OW, output pixels per sample
+    oh, ow = y.shape[2], y.shape[3]
+    npix = oh * ow  # L = OH*OW, output pixels per sample
+    group = conv2d_gemm_sample_group(n, oh, ow, "cuda")  # at least 1: no zero step when N == 0
     per = (k + o) * npix
-    if workspace.size < per:
+    if workspace.size < group * per:
         raise ValueError(
-            f"{name}: workspace has {workspace.size} elements but one sample needs {per} "
-            f"((C*KH*KW + O)*OH*OW = ({c}*{kh}*{kw} + {o})*{npix})"
+            f"{name}: workspace has {workspace.size} elements but a group of {group} samples "
+            f"needs {group * per} (conv2d_gemm_sample_group samples of (C*KH*KW + O)*OH*OW = "
+            f"({c}*{kh}*{kw} + {o})*{npix}): the pass multiplies whole groups"
         )
-    return k, npix, max(1, min(n, workspace.size // per))  # max: no zero step when N == 0
+    return k, npix, group
 
 
 # The workspace cut into cols and the transposed-channel buffer: the CPU kernels' helper
@@ -289,14 +297,14 @@ _chunk_views = cpu_conv._chunk_views
 
 
 def conv2d_forward_gemm(y, x, w, workspace, sh, sw, ph, pw, *, stream=0):
-    """y = conv2d(x, w) via im2col + one GEMM per chunk.
-    Writes y; uses workspace (>= per-sample size, 1-D, x.dtype)."""
-    k, npix, bsz = _gemm_setup("conv2d_forward_gemm", y, x, w, workspace, sh, sw, ph, pw)
+    """y = conv2d(x, w) via im2col + one GEMM per group of samples.
+    Writes y; uses workspace (>= one group, 1-D, x.dtype)."""
+    k, npix, group = _gemm_setup("conv2d_forward_gemm", y, x, w, workspace, sh, sw, ph, pw)
     n = x.shape[0]
     o, _, kh, kw = w.shape
     wm = w.reshape(o, k)
-    for n0 in range(0, n, bsz):
-        b = min(bsz, n - n0)
+    for n0 in range(0, n, group):
+        b = min(group, n - n0)
         cols, tbuf = _chunk_views(workspace, k, o, npix, b)
         im2col(cols, x[n0 : n0 + b], kh, kw, sh, sw, ph, pw, stream=stream)
         if b == 1:
@@ -307,14 +315,14 @@ def conv2d_forward_gemm(y, x, w, workspace, sh, sw, ph, pw, *, stream=0):
 
 
 def conv2d_backward_data_gemm(dx, dy, w, workspace, sh, sw, ph, pw, *, stream=0):
-    """dx = adjoint of conv2d w.r.t. x via GEMM + col2im per chunk.
+    """dx = adjoint of conv2d w.r.t. x via GEMM + col2im per group of samples.
     Overwrites dx; uses workspace like the forward."""
-    k, npix, bsz = _gemm_setup("conv2d_backward_data_gemm", dy, dx, w, workspace, sh, sw, ph, pw)
+    k, npix, group = _gemm_setup("conv2d_backward_data_gemm", dy, dx, w, workspace, sh, sw, ph, pw)
     n = dx.shape[0]
     o, _, kh, kw = w.shape
     wm = w.reshape(o, k)
-    for n0 in range(0, n, bsz):
-        b = min(bsz, n - n0)
+    for n0 in range(0, n, group):
+        b = min(group, n - n0)
         cols, tbuf = _chunk_views(workspace, k, o, npix, b)
         if b == 1:
             dyt = dy[n0].reshape(o, npix)
@@ -326,16 +334,18 @@ def conv2d_backward_data_gemm(dx, dy, w, workspace, sh, sw, ph, pw, *, stream=0)
 
 
 def conv2d_backward_filter_gemm(dw, dy, x, workspace, sh, sw, ph, pw, *, stream=0):
-    """dw = adjoint of conv2d w.r.t. w via im2col + GEMM, the chunks added into dw in order.
+    """dw = adjoint of conv2d w.r.t. w via im2col + GEMM, the groups added into dw in order.
     Overwrites dw; uses workspace."""
-    k, npix, bsz = _gemm_setup("conv2d_backward_filter_gemm", dy, x, dw, workspace, sh, sw, ph, pw)
+    k, npix, group = _gemm_setup(
+        "conv2d_backward_filter_gemm", dy, x, dw, workspace, sh, sw, ph, pw
+    )
     n = x.shape[0]
     o, _, kh, kw = dw.shape
     dwm = dw.reshape(o, k)
-    if n == 0:  # an empty batch: no chunk writes dw, and its gradient is zero
+    if n == 0:  # an empty batch: no group writes dw, and its gradient is zero
         fill(dw.reshape(-1), 0.0, stream=stream)
-    for chunk, n0 in enumerate(range(0, n, bsz)):
-        b = min(bsz, n - n0)
+    for n0 in range(0, n, group):
+        b = min(group, n - n0)
         cols, tbuf = _chunk_views(workspace, k, o, npix, b)
         im2col(cols, x[n0 : n0 + b], kh, kw, sh, sw, ph, pw, stream=stream)
         if b == 1:
@@ -343,4 +353,4 @@ def conv2d_backward_filter_gemm(dw, dy, x, workspace, sh, sw, ph, pw, *, stream=
         else:
             dyt = tbuf
             _swap01(dyt.reshape(o, b, npix), dy[n0 : n0 + b].reshape(b, o, npix), stream)
-        gemm(dwm, dyt, cols, False, True, chunk > 0, stream)  # dW (+)= dY' @ cols^T
+        gemm(dwm, dyt, cols, False, True, n0 > 0, stream)  # dW (+)= dY' @ cols^T

@@ -8,24 +8,40 @@ with window(c) = c - size//2 .. c - size//2 + size - 1 clipped at the edges, and
             - 2*alpha*beta/size * x[c] * sum_{c' : c in window(c')} dy[c'] * y[c'] / scale[c']
 over the mirrored window c + size//2 - size + 1 .. c + size//2.
 
+The forward writes y only; the backward reads x, y and dy and takes the window sums again with
+the forward's own device function (_window_scale), rounding each scale to x's dtype as storing it
+used to: its dx is the one a backward reading a stored scale computed, bit for bit
+(kernels/cpu/lrn.py says more).
+
 Thread mapping: one thread per element. The arrays are viewed as (N, C, H*W) (free views), and
 thread i handles element (b, c, s) = i in that order, so consecutive threads take consecutive
 pixels s of one channel plane and every read of a neighbouring channel c' (at the same pixels)
 is coalesced too. Each window sum is taken directly in a fixed channel order with a float64
-accumulator (no running sum): deterministic. ``scale`` is written by the forward for the
-backward; nothing is allocated.
+accumulator (no running sum): deterministic. Nothing is allocated.
 """
 
 import math
 
 from numba import cuda
 
-from ._launch import A3, check_device, each_float, float_dtype, kernel, launch_1d
+from ._launch import A3, check_device, device_function, each_float, float_dtype, kernel, launch_1d
 
 
-@kernel(*each_float(f"void({A3}, {A3}, {A3}, int64, float64, float64, float64)"))
-def _lrn_forward_kernel(y, scale, x, size, alpha, beta, k):
-    """Thread i: scale and y at element (b, c, s) = i of (N, C, H*W)."""
+@device_function
+def _window_scale(x, b, ci, s, size, alpha, k):
+    """scale at x[b, ci, s], in float64: k + alpha/size * (sum of x^2 over window(ci), in
+    channel order). Both kernels call it, so the backward's sums are the forward's, bit for bit."""
+    before = size // 2  # channels of the window before c
+    total = 0.0
+    for cc in range(max(ci - before, 0), min(ci - before + size, x.shape[1])):
+        a = x[b, cc, s]
+        total += a * a
+    return k + alpha / size * total
+
+
+@kernel(*each_float(f"void({A3}, {A3}, int64, float64, float64, float64)"))
+def _lrn_forward_kernel(y, x, size, alpha, beta, k):
+    """Thread i: y at element (b, c, s) = i of (N, C, H*W)."""
     i = cuda.grid(1)
     n, c, hw = x.shape
     if i >= n * c * hw:
@@ -33,18 +49,12 @@ def _lrn_forward_kernel(y, scale, x, size, alpha, beta, k):
     s = i % hw
     ci = (i // hw) % c
     b = i // (hw * c)
-    before = size // 2  # channels of the window before c
-    total = 0.0
-    for cc in range(max(ci - before, 0), min(ci - before + size, c)):
-        a = x[b, cc, s]
-        total += a * a
-    d = k + alpha / size * total
-    scale[b, ci, s] = d
+    d = _window_scale(x, b, ci, s, size, alpha, k)
     y[b, ci, s] = x[b, ci, s] * math.pow(d, -beta)
 
 
-@kernel(*each_float(f"void({A3}, {A3}, {A3}, {A3}, {A3}, int64, float64, float64)"))
-def _lrn_backward_kernel(dx, dy, x, y, scale, size, alpha, beta):
+@kernel(*each_float(f"void({A3}, {A3}, {A3}, {A3}, int64, float64, float64, float64)"))
+def _lrn_backward_kernel(dx, dy, x, y, size, alpha, beta, k):
     """Thread i: dx at element (b, c, s) = i of (N, C, H*W), over the mirrored window."""
     i = cuda.grid(1)
     n, c, hw = x.shape
@@ -53,12 +63,14 @@ def _lrn_backward_kernel(dx, dy, x, y, scale, size, alpha, beta):
     s = i % hw
     ci = (i // hw) % c
     b = i // (hw * c)
+    rounded = x.dtype.type  # each scale in x's dtype, as a stored scale would be
     after = size // 2  # window(c') contains c for c' in c + after - size + 1 .. c + after
     total = 0.0
     for cc in range(max(ci + after - size + 1, 0), min(ci + after + 1, c)):
-        total += dy[b, cc, s] * y[b, cc, s] / scale[b, cc, s]
+        d = rounded(_window_scale(x, b, cc, s, size, alpha, k))
+        total += dy[b, cc, s] * y[b, cc, s] / d
     coef = 2.0 * alpha * beta / size
-    d = scale[b, ci, s]
+    d = rounded(_window_scale(x, b, ci, s, size, alpha, k))
     dx[b, ci, s] = dy[b, ci, s] * math.pow(d, -beta) - coef * x[b, ci, s] * total
 
 
@@ -75,18 +87,17 @@ def _planes(name, size, **arrays):
     return {label: a.reshape(n, c, h * w) for label, a in arrays.items()}
 
 
-def lrn_forward(y, scale, x, size, alpha, beta, k, *, stream=0):
-    """scale = k + alpha/size * (window sum of x^2); y = x * scale^-beta. Writes y and scale.
+def lrn_forward(y, x, size, alpha, beta, k, *, stream=0):
+    """y = x * scale^-beta, scale = k + alpha/size * (window sum of x^2) in float64. Writes y.
     One thread per element."""
-    v = _planes("lrn_forward", size, y=y, scale=scale, x=x)
+    v = _planes("lrn_forward", size, y=y, x=x)
     args = (int(size), float(alpha), float(beta), float(k))
-    launch_1d(_lrn_forward_kernel, x.size, stream, v["y"], v["scale"], v["x"], *args)
+    launch_1d(_lrn_forward_kernel, x.size, stream, v["y"], v["x"], *args)
 
 
-def lrn_backward(dx, dy, x, y, scale, size, alpha, beta, *, stream=0):
-    """dx = dy*scale^-beta - 2*alpha*beta/size * x * (mirrored window sum of dy*y/scale).
-    Writes dx. One thread per element."""
-    v = _planes("lrn_backward", size, dx=dx, dy=dy, x=x, y=y, scale=scale)
-    args = (int(size), float(alpha), float(beta))
-    arrays = (v["dx"], v["dy"], v["x"], v["y"], v["scale"])
-    launch_1d(_lrn_backward_kernel, x.size, stream, *arrays, *args)
+def lrn_backward(dx, dy, x, y, size, alpha, beta, k, *, stream=0):
+    """dx = dy*scale^-beta - 2*alpha*beta/size * x * (mirrored window sum of dy*y/scale), each
+    scale rebuilt from x and rounded to x's dtype. Writes dx. One thread per element."""
+    v = _planes("lrn_backward", size, dx=dx, dy=dy, x=x, y=y)
+    args = (int(size), float(alpha), float(beta), float(k))
+    launch_1d(_lrn_backward_kernel, x.size, stream, v["dx"], v["dy"], v["x"], v["y"], *args)

@@ -1,30 +1,38 @@
 """2-D convolution (NCHW, cross-correlation as in every DL framework), with a bias.
 
-Three algorithms: "gemm" (im2col + one large matrix product per chunk of samples: needs a
+Three algorithms: "gemm" (im2col + one large matrix product per sample group: needs a
 workspace), "direct" (loops, no workspace), and for 3x3 filters with stride 1 and padding 1,
 "conv3x3" (loops over padded planes, which it keeps in the same workspace: kernels/cpu/conv3x3.py
 says why it beats the GEMM for few channels). With algorithm="auto" (SuperNeurons 3.5) each
-pass follows the memory free at its step. A first candidate, picked by the geometry (on a CPU,
-and on a planning device that plans for one, conv3x3 where it applies to at most
-CONV3X3_FIRST_UP_TO channels and filters; else gemm), sizes the workspace: as many samples of
-its need per chunk as the pool's free memory allows. The first
-time the pass runs it times every algorithm that fits that workspace (``Device.time_kernel``:
-the way the device will run it) and keeps the first candidate unless another takes less than
-MARGIN of its time, so that noise does not change the choice from run to run; then the choice
-is fixed (cuDNN's benchmark mode). Sizing for the first candidate, the one expected to be
-kept, keeps the memory the step plans to what it needs: conv3x3's planes are 23-32% of the
-gemm's columns in ResNet-20's 3x3 layers (a gemm timed in such a workspace runs in smaller
-chunks, so it must be clearly faster even then). Where conv3x3's sample is the larger (one
-input channel and many filters, maps of 2x2 or less), a tight budget that holds a gemm sample
-but no conv3x3 one leaves direct. When not even one sample of the first candidate's need
-fits, direct is the only candidate. The choice is remembered per device kind and geometry for
-the whole process, so eager steps, graph replays and new devices agree (the numbers never
-depend on which run chose); `CompiledStep.conv_algorithms()` reports it per layer.
+pass follows the memory free at its step, and its numbers never do. A first candidate, picked
+by the geometry (on a CPU, and on a planning device that plans for one, conv3x3 where it
+applies to at most CONV3X3_FIRST_UP_TO channels and filters; else gemm), sizes the workspace:
+as many samples of its need as the pool's free memory allows, in whole sample groups. A sample
+group is what keeps the numbers: the gemm passes multiply, and conv3x3's backward filter sums,
+groups of samples fixed by the geometry and the batch (kernels/sizes.py), so that a smaller
+workspace changes how many groups a chunk holds, never a sum. When not even one group fits,
+the pass runs direct, with no workspace (and sums that differ in the last bits:
+``Conv2d.smallest_workspace_bytes`` tells a planner the workspace that keeps them).
+
+The candidates are the first, the other workspace algorithm where it applies and one group of
+it needs no more workspace than one group of the first, and direct: the same candidates in
+every workspace "auto" may give the pass. The first time the pass runs it times them
+(``Device.time_kernel``: the way the device will run it) in the smallest of those workspaces,
+one group of the first candidate's, and keeps the first candidate unless another takes less
+than MARGIN of its time, so that noise does not change the choice from run to run; then the
+choice is fixed (cuDNN's benchmark mode). Sizing for the first candidate, the one expected to
+be kept, keeps the memory the step plans to what it needs: conv3x3's planes are 23-32% of the
+gemm's columns in ResNet-20's 3x3 layers. The choice is remembered per device kind, pass and
+shapes, never the workspace, for the whole process, so eager steps, graph replays, new devices
+and smaller workspaces agree (the numbers never depend on which run chose);
+`CompiledStep.conv_algorithms()` reports it per layer.
 
 Grouped convolution (``group=g``: each filter sees C/g of the channels; g = C is depthwise, as in
 Xception's separable convolutions) runs the direct kernels, which take the group count: an
 im2col of one group's channels would be a GEMM too thin to pay for its workspace.
 """
+
+import numpy as np
 
 from nnmem.kernels import sizes
 from nnmem.operation import Operator
@@ -34,7 +42,8 @@ __all__ = ["Conv2d", "conv2d"]
 #: Upper bound on one convolution's workspace; beyond it more, smaller GEMMs cost little.
 WORKSPACE_LIMIT_BYTES = 256 * 2**20
 ALGORITHMS = ("auto", "gemm", "direct", "conv3x3")
-#: (device kind, pass, shapes, workspace, stride, padding, dtype) -> what "auto" chose.
+#: (device kind, pass, shapes, stride, padding, dtype) -> what "auto" chose: no workspace in the
+#: key, so that a pass keeps one algorithm whatever workspace a plan gives it.
 BENCHMARKED = {}
 
 
@@ -77,7 +86,7 @@ class Conv2d(Operator):
             )
         self.has_bias = b is not None
         y = self.output(out_shape, x.dtype)
-        ws = self._workspace(n, x.dtype, extra_bytes=y.memsize())
+        ws = self._workspace(n, x.dtype, y.memsize(), ("forward",))
         self._conv_pass(
             "forward",
             K.conv2d_forward_direct,
@@ -108,7 +117,8 @@ class Conv2d(Operator):
         # an input evicted to the host by the tensor cache needs its bytes back before the
         # pass runs: the workspace must leave room for it too
         away = sum(t.memsize() for t in (dy, x, W) if t is not None and t.block.offset is None)
-        ws = self._workspace(dy.shape[0], dy.dtype, extra_bytes=grads_bytes + away)
+        passes = ("backward data",) * (dx is not None) + ("backward filter",) * (dW is not None)
+        ws = self._workspace(dy.shape[0], dy.dtype, grads_bytes + away, passes)
         if dx is not None:
             self._conv_pass(
                 "backward data",
@@ -139,7 +149,8 @@ class Conv2d(Operator):
     def _conv_pass(self, pass_name, direct, gemm, out, a, b, ws, padded):
         """Run one of the three convolution passes, out = f(a, b), with the gemm algorithm (or
         `padded`, the conv3x3 kernel) when there is a workspace and the direct one otherwise
-        ("auto": the fastest of them)."""
+        ("auto": the fastest of them, given a workspace that holds one sample group of the
+        pass)."""
         (sh, sw), (ph, pw), g = self.stride, self.padding, self.group
 
         # the workspace algorithms all take the workspace's array, so any can run in another's
@@ -154,6 +165,12 @@ class Conv2d(Operator):
         if self.algorithm == "conv3x3":
             self.run(by_planes, reads=(a, b), writes=(out, ws))
             return
+        n = a.shape[0]
+        if self.algorithm == "auto" and ws is not None:
+            first = self._workspace_algorithm()
+            least = self._sample_group(first, pass_name, n) * self._per_sample(first)
+            if ws.size() < least:  # not one sample group of this pass: direct keeps no numbers
+                ws = None
         if ws is None:
             self.run(
                 lambda out_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw, g),
@@ -164,21 +181,24 @@ class Conv2d(Operator):
         if self.algorithm == "gemm":
             self.run(by_gemm, reads=(a, b), writes=(out, ws))
             return
-        # each candidate that the workspace holds one sample of (the first candidate sized it)
-        candidates = {"gemm": by_gemm} if ws.size() >= self._gemm_per_sample() else {}
-        if self._conv3x3_fits(ws):
-            planes = {"conv3x3": by_planes}
-            first = self._conv3x3_first()
-            candidates = {**planes, **candidates} if first else {**candidates, **planes}
+        # "auto": the candidates and the workspace they are timed in follow the geometry, never
+        # the workspace this run has (it holds one sample group of the first candidate)
+        runs = {"gemm": by_gemm, "conv3x3": by_planes}
+        candidates = {first: runs[first]}
+        other = "gemm" if first == "conv3x3" else "conv3x3"
+        if other == "gemm" or self._is_3x3():
+            if self._sample_group(other, pass_name, n) * self._per_sample(other) <= least:
+                candidates[other] = runs[other]
         candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
-        key = (self.device.kind, pass_name, a.shape, b.shape, out.shape, ws.shape)
+        key = (self.device.kind, pass_name, a.shape, b.shape, out.shape)
         key += (self.stride, self.padding, str(out.dtype))
         device = self.device
 
-        def fastest(*arrays):
+        def fastest(out_, ws_, a_, b_):
             if key not in BENCHMARKED:
-                BENCHMARKED[key] = _time_candidates(device, candidates, arrays)
-            candidates[BENCHMARKED[key]](*arrays)
+                timed = (out_, ws_[:least], a_, b_)
+                BENCHMARKED[key] = _time_candidates(device, candidates, timed)
+            candidates[BENCHMARKED[key]](out_, ws_, a_, b_)
 
         fastest.conv_algorithm = (pass_name, lambda: BENCHMARKED.get(key, "not run yet"))
         self.run(fastest, reads=(a, b), writes=(out, ws))
@@ -208,33 +228,78 @@ class Conv2d(Operator):
         (sh, sw), (ph, pw) = self.stride, self.padding
         return sizes.conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw)
 
-    def _conv3x3_fits(self, ws):
-        """Is conv3x3 a candidate: its geometry, and one sample's padded planes in `ws`? (A
-        grouped convolution never gets here: it runs the direct kernels, with no workspace.)"""
-        return self._is_3x3() and ws.size() >= self._conv3x3_per_sample()
+    def _workspace_algorithm(self):
+        """The algorithm whose need sizes the workspace: the one asked for ("gemm" or
+        "conv3x3"), "auto"'s first candidate, or None ("direct", grouped convolutions)."""
+        if self.algorithm == "auto":
+            return "conv3x3" if self._conv3x3_first() else "gemm"
+        return None if self.algorithm == "direct" else self.algorithm
 
-    def _workspace(self, n, dtype, extra_bytes):
-        """The workspace tensor, or None for the direct algorithm: the whole batch's for
-        "gemm" and "conv3x3"; under "auto", as many samples of its first candidate's need as the
-        free memory holds (conv3x3's planes where _conv3x3_first, else the gemm's columns).
+    def _per_sample(self, algorithm):
+        """Workspace elements the op gives `algorithm` per sample: the most any of its passes
+        needs (conv3x3's planes or the gemm's columns)."""
+        return self._gemm_per_sample() if algorithm == "gemm" else self._conv3x3_per_sample()
+
+    def _sample_group(self, algorithm, pass_name, n):
+        """Samples per group of `algorithm`'s `pass_name` on a batch of n (kernels/sizes.py):
+        the pass's numbers are those of the whole batch's workspace in any workspace that holds
+        one group."""
+        c, h, w, o, kh, kw = self.geometry
+        if algorithm == "gemm":
+            (sh, sw), (ph, pw) = self.stride, self.padding
+            _, _, oh, ow = sizes.conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw)
+            return sizes.conv2d_gemm_sample_group(n, oh, ow, self.device.plans_for)
+        # conv3x3's forward and backward data compute each sample alone
+        return sizes.conv3x3_filter_sample_group(n, h, w) if pass_name == "backward filter" else 1
+
+    def smallest_workspace_bytes(self, pass_name, n, dtype):
+        """The fewest workspace bytes that `pass_name` ("forward", "backward data" or "backward
+        filter") of this convolution, on a batch of `n` samples of `dtype`, may be given and
+        still compute the numbers it computes with the whole batch's workspace: one sample
+        group of the algorithm that sizes its workspace (the one asked for, or "auto"'s first
+        candidate), whose passes multiply or sum such groups one after another. Under a
+        workspace cap (``Device.limit_workspaces``) below it, "auto" runs the pass with the
+        direct kernels: other sums, other last bits. 0 where the pass takes no workspace
+        ("direct", grouped convolutions). For a planner: known once the forward has run or
+        been recorded (it sets the geometry)."""
+        algorithm = self._workspace_algorithm()
+        if algorithm is None:
+            return 0
+        elements = self._sample_group(algorithm, pass_name, n) * self._per_sample(algorithm)
+        return elements * np.dtype(dtype).itemsize
+
+    def _workspace(self, n, dtype, extra_bytes, passes):
+        """The workspace tensor for `passes` (the names of the passes that share it), or None
+        for the direct algorithm: the whole batch's for "gemm" and "conv3x3"; under "auto", as
+        many samples of its first candidate's need as the free memory holds (conv3x3's planes
+        where _conv3x3_first, else the gemm's columns), in whole sample groups of the largest
+        group of `passes` that fits (a pass whose group does not fit runs direct: _conv_pass),
+        and None when no pass's group fits.
 
         `extra_bytes` are the outputs still to be allocated at this step: the workspace must
         leave room for them."""
-        if self.algorithm == "direct":
+        algorithm = self._workspace_algorithm()
+        if algorithm is None or not passes:
             return None
-        per_sample = self._gemm_per_sample()
-        if self.algorithm == "conv3x3" or (self.algorithm == "auto" and self._conv3x3_first()):
-            per_sample = self._conv3x3_per_sample()
+        per_sample = self._per_sample(algorithm)
         itemsize = dtype.itemsize
         samples = n
+        groups = [self._sample_group(algorithm, p, n) for p in passes]
         if self.algorithm == "auto":
             free = self.device.pool.stats()["largest_free_block"] - extra_bytes
-            budget = min(free, WORKSPACE_LIMIT_BYTES)
-            if self.device.workspace_limit is not None:  # offload="dyn" lowering workspaces
-                budget = min(budget, self.device.workspace_limit)
-            samples = min(n, max(budget, 0) // (per_sample * itemsize))
-            if samples == 0:
+            samples = min(n, max(min(free, WORKSPACE_LIMIT_BYTES), 0) // (per_sample * itemsize))
+            if self.device.workspace_limit is not None:  # a plan lowering workspaces: never
+                # below one group of every pass, so that no number changes (free memory
+                # permitting)
+                by_limit = self.device.workspace_limit // (per_sample * itemsize)
+                samples = min(samples, max(by_limit, max(groups)))
+            fitting = [group for group in groups if group <= samples]
+            if not fitting:
                 return None
+            if samples < n:  # whole groups (the last one of the batch may be smaller)
+                samples -= samples % max(fitting)
+        if algorithm == "gemm":  # the gemm passes work one group at a time: more is unused
+            samples = min(samples, max(groups))
         return self.output((samples * per_sample,), dtype)
 
 

@@ -1,10 +1,12 @@
 """Local response normalisation across channels (AlexNet; Caffe's LRN, torch's
 LocalResponseNorm): y = x / (k + alpha/size * sum of x^2 over `size` neighbouring channels)^beta.
 
-Memory: the forward writes a second tensor of x's shape, `scale` (the denominator's base), and
-backward reads x, y and scale: an LRN layer keeps three activations of its input's size alive
-until its backward has run (Caffe keeps the same): a layer that is cheap to compute and dear
-to keep, the kind SuperNeurons recomputes in the backward pass instead of keeping.
+Memory: the forward writes y only, and the backward reads x, y and dy (cuDNN's LRN and
+SuperNeurons do the same): the denominator's base, `scale`, a tensor of x's size, is never kept;
+the backward kernel takes its window sums again, exactly as the forward did (Caffe keeps scale,
+a third tensor). An LRN layer keeps x and y until its backward has run: a layer that is cheap to
+compute and dear to keep, the kind SuperNeurons recomputes in the backward pass instead of
+keeping (its rebuild is the forward call itself: y from x).
 """
 
 from nnmem.operation import SAME, Operator
@@ -29,25 +31,24 @@ class LRN(Operator):
                 "of (N, C, H, W) input"
             )
         y = self.output(x.shape, x.dtype)
-        scale = self.output(x.shape, x.dtype)
         size, alpha, beta, k = self.size, self.alpha, self.beta, self.k
         self.run(
-            lambda y_, s_, x_: K.lrn_forward(y_, s_, x_, size, alpha, beta, k),
+            lambda y_, x_: K.lrn_forward(y_, x_, size, alpha, beta, k),
             reads=(x,),
-            writes=(y, scale),
+            writes=(y,),
             rebuild=SAME,
         )
-        self.save(x, y, scale)
+        self.save(x, y)
         return y
 
     def backward(self, dy):
         K = self.kernels
-        x, y, scale = self.saved
+        x, y = self.saved
         dx = self.output(x.shape, dy.dtype)
-        size, alpha, beta = self.size, self.alpha, self.beta
+        size, alpha, beta, k = self.size, self.alpha, self.beta, self.k
         self.run(
-            lambda dx_, dy_, x_, y_, s_: K.lrn_backward(dx_, dy_, x_, y_, s_, size, alpha, beta),
-            reads=(dy, x, y, scale),
+            lambda dx_, dy_, x_, y_: K.lrn_backward(dx_, dy_, x_, y_, size, alpha, beta, k),
+            reads=(dy, x, y),
             writes=(dx,),
         )
         return dx

@@ -14,7 +14,11 @@ from nnmem.kernels.cpu import (
     conv2d_forward_gemm,
     im2col,
 )
-from nnmem.kernels.sizes import conv2d_gemm_workspace_per_sample, conv2d_output_shape
+from nnmem.kernels.sizes import (
+    conv2d_gemm_sample_group,
+    conv2d_gemm_workspace_per_sample,
+    conv2d_output_shape,
+)
 
 # (n, c, h, w, o, kh, kw, sh, sw, ph, pw)
 SHAPES = [
@@ -22,9 +26,11 @@ SHAPES = [
     (1, 2, 9, 8, 3, 3, 2, 2, 2, 1, 2),  # batch 1, stride 2, non-square kernel, pad >= kw
     (3, 1, 5, 5, 2, 5, 5, 1, 1, 0, 0),  # kernel covers the input: 1x1 output
     (2, 2, 6, 7, 3, 1, 3, 2, 1, 0, 1),  # 1x3 kernel, mixed strides
-    (2, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0),  # OH*OW < C*KH*KW (exercises filter tiling)
+    (2, 3, 5, 5, 4, 3, 3, 1, 1, 0, 0),  # OH*OW < C*KH*KW
     (3, 2, 8, 8, 3, 4, 2, 3, 2, 2, 1),  # stride 3, padding 2
     (2, 3, 8, 8, 4, 3, 3, 2, 2, 1, 1),  # ResNet-style 3x3 / stride 2 / padding 1
+    (1, 2, 5, 5, 3, 5, 5, 1, 1, 0, 0),  # dw (3 x 50) larger than a group's workspace (53)
+    (3, 2, 32, 32, 3, 3, 3, 1, 1, 1, 1),  # 1024 output pixels: a sample group of one sample
 ]
 
 
@@ -147,16 +153,21 @@ def test_im2col_layout_and_col2im_adjoint(rng, shape):
     assert_adjoint(dcols, cols, dx, x)
 
 
-def _workspace_sizes(per, n, o, k):
-    """One sample, one sample + a little, two samples + room for a partial dW, everything."""
-    return sorted({per, per + 1, 2 * per + o * k, n * per})
+def _least(x, dy, per):
+    """Workspace elements of one sample group (conv2d_gemm_sample_group): the least a GEMM pass
+    takes."""
+    return conv2d_gemm_sample_group(x.shape[0], dy.shape[2], dy.shape[3], "cpu") * per
+
+
+def _workspace_sizes(least, per, n):
+    """One group, one group + a little, one group + a sample, the whole batch."""
+    return sorted({least, least + 1, least + per, max(least, n * per)})
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_gemm_matches_direct_for_every_workspace(rng, shape):
     x, w, dy, per, s = make_case(rng, shape)
     n = x.shape[0]
-    o, c, kh, kw = w.shape
     y_ref = np.empty(dy.shape)
     conv2d_forward_direct(y_ref, x, w, *s)
     dx_ref = np.empty(x.shape)
@@ -164,7 +175,7 @@ def test_gemm_matches_direct_for_every_workspace(rng, shape):
     dw_ref = np.empty(w.shape)
     conv2d_backward_filter_direct(dw_ref, dy, x, *s)
     results = []
-    for size in _workspace_sizes(per, n, o, c * kh * kw):
+    for size in _workspace_sizes(_least(x, dy, per), per, n):
         ws = np.full(size, np.nan)
         y = np.full(dy.shape, np.nan)
         dx = np.full(x.shape, np.nan)
@@ -176,17 +187,17 @@ def test_gemm_matches_direct_for_every_workspace(rng, shape):
         assert_close64(dx, dx_ref)
         assert_close64(dw, dw_ref)
         results.append((y, dx, dw))
-    # one-sample chunks and whole-batch chunks agree (to rounding: the GEMM shapes differ)
+    # the sample groups, not the workspace, cut the batch: the same bits in every workspace
     for other in results[1:]:
         for a, b in zip(results[0], other):
-            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+            np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("shape", SHAPES[:2])
 def test_gemm_is_deterministic(rng, shape):
     x, w, dy, per, s = make_case(rng, shape)
     n = x.shape[0]
-    for size in (per, n * per):
+    for size in (_least(x, dy, per), n * per):
         ws = np.empty(size)
         outs = []
         for _ in range(2):
@@ -205,13 +216,15 @@ def test_gemm_is_deterministic(rng, shape):
 def test_gemm_workspace_too_small(rng):
     shape = SHAPES[0]
     x, w, dy, per, s = make_case(rng, shape)
-    ws = np.empty(per - 1)
+    least = _least(x, dy, per)
+    ws = np.empty(least - 1)
     y = np.empty(dy.shape)
-    with pytest.raises(ValueError, match=f"one sample needs {per}"):
+    message = f"a group of {least // per} samples needs {least}"
+    with pytest.raises(ValueError, match=message):
         conv2d_forward_gemm(y, x, w, ws, *s)
-    with pytest.raises(ValueError, match=f"one sample needs {per}"):
+    with pytest.raises(ValueError, match=message):
         conv2d_backward_data_gemm(np.empty(x.shape), dy, w, ws, *s)
-    with pytest.raises(ValueError, match=f"one sample needs {per}"):
+    with pytest.raises(ValueError, match=message):
         conv2d_backward_filter_gemm(np.empty(w.shape), dy, x, ws, *s)
 
 
@@ -239,7 +252,7 @@ def test_float32(rng, shape):
     conv2d_backward_filter_direct(dw, dy, x, *s)
     for a, b in ((y, y_ref), (dx, dx_ref), (dw, dw_ref)):
         np.testing.assert_allclose(a, b, **tol)
-    ws = np.empty(per, np.float32)  # one sample per chunk
+    ws = np.empty(_least(x, dy, per), np.float32)  # one sample group
     conv2d_forward_gemm(y, x, w, ws, *s)
     conv2d_backward_data_gemm(dx, dy, w, ws, *s)
     conv2d_backward_filter_gemm(dw, dy, x, ws, *s)
@@ -247,4 +260,4 @@ def test_float32(rng, shape):
         assert a.dtype == np.float32
         np.testing.assert_allclose(a, b, **tol)
     with pytest.raises(TypeError, match="dtype"):
-        conv2d_forward_gemm(y, x, w, np.empty(per), *s)
+        conv2d_forward_gemm(y, x, w, np.empty(_least(x, dy, per)), *s)

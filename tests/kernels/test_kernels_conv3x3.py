@@ -1,6 +1,6 @@
 """The 3x3 convolution kernels on padded planes (kernels/cpu/conv3x3.py) against the direct
 kernels (themselves checked against a reference in test_kernels_conv.py): every pass, every
-chunking of the batch, float64 to rounding, float32 to its precision."""
+chunking of the batch (the same bits in each), float64 to rounding, float32 to its precision."""
 
 import numba
 import numpy as np
@@ -15,13 +15,18 @@ from nnmem.kernels.cpu import (
     conv3x3_backward_filter,
     conv3x3_forward,
 )
-from nnmem.kernels.sizes import conv3x3_applies, conv3x3_workspace_per_sample
+from nnmem.kernels.sizes import (
+    conv3x3_applies,
+    conv3x3_filter_need,
+    conv3x3_filter_sample_group,
+    conv3x3_workspace_per_sample,
+)
 
-# (N, C, H, W, O). Backward filter sums groups of samples in one loop (GROUP_ELEMENTS // plane
-# samples, at least one), two filters a loop, CHANNEL_BLOCK channels a task: (7, 3, 24, 24, 5)
-# has groups of 3 samples (3, 3, 1) and an odd filter, (2, 11, 4, 5, 3) two blocks of channels,
-# (3, 2, 31, 30, 2) one sample a group (a plane of 1,058 elements), and (2, 2, 45, 44, 3) planes
-# longer than GROUP_ELEMENTS (2,164).
+# (N, C, H, W, O). Backward filter sums groups of samples in one loop (CONV3X3_GROUP_ELEMENTS //
+# plane samples, at least one), two filters a loop, CHANNEL_BLOCK channels a task:
+# (7, 3, 24, 24, 5) has groups of 3 samples (3, 3, 1) and an odd filter, (2, 11, 4, 5, 3) two
+# blocks of channels, (3, 2, 31, 30, 2) one sample a group (a plane of 1,058 elements), and
+# (2, 2, 45, 44, 3) planes longer than CONV3X3_GROUP_ELEMENTS (2,164).
 SHAPES = [(2, 3, 5, 4, 4), (3, 5, 7, 6, 4), (1, 1, 1, 1, 1), (4, 16, 8, 8, 16), (2, 2, 3, 9, 3)]
 SHAPES += [(7, 3, 24, 24, 5), (2, 11, 4, 5, 3), (3, 2, 31, 30, 2), (2, 2, 45, 44, 3)]
 
@@ -43,8 +48,10 @@ def direct_passes(x, wt, dy):
 
 
 def padded_passes(x, wt, dy, samples):
-    """The three passes with a workspace of `samples` samples' planes (the batch in chunks)."""
+    """The three passes with a workspace of `samples` samples' planes (the batch in chunks), or
+    of one sample group of backward filter where that is more (a smaller one is refused)."""
     n, c, h, w = x.shape
+    samples = max(samples, conv3x3_filter_sample_group(n, h, w))
     ws = np.full(samples * conv3x3_workspace_per_sample(c, wt.shape[0], h, w), np.nan, x.dtype)
     y, dx, dw = (np.full_like(a, np.nan) for a in (dy, x, wt))
     conv3x3_forward(y, x, wt, ws)
@@ -68,13 +75,16 @@ def test_the_geometry_it_applies_to():
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_every_pass_matches_the_direct_kernels_in_every_chunking(rng, shape):
-    """float64: the same sums to rounding, whether the batch runs in one chunk or one sample
-    at a time or five (backward filter then adds the chunks' sums in order)."""
+    """float64: the direct kernels' sums to rounding, and the same bits whether the batch runs
+    in one chunk or one sample (or group) at a time or five (backward filter adds its groups'
+    sums in order, whatever the chunks)."""
     x, wt, dy = arrays(rng, shape)
     expected = direct_passes(x, wt, dy)
-    for samples in sorted({1, 2, 5, shape[0]}):
-        for got, want in zip(padded_passes(x, wt, dy, samples), expected):
+    results = [padded_passes(x, wt, dy, samples) for samples in sorted({1, 2, 5, shape[0]})]
+    for result in results:
+        for got, want, first in zip(result, expected, results[0]):
             assert_close64(got, want, rtol=1e-12, atol=1e-12)
+            np.testing.assert_array_equal(got, first)
 
 
 def test_float32_to_its_precision(rng):
@@ -130,9 +140,11 @@ def test_bad_shapes_and_small_workspaces_are_refused(rng):
     with pytest.raises(ValueError, match=r"\(O, C, 3, 3\)"):
         conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt[:, :, :2], ws)
     plane, sums = 7 * 7 + 2, 5 * 7
-    with pytest.raises(ValueError, match="one sample of this pass needs"):  # C + O planes
-        conv3x3_backward_filter(np.empty_like(wt), dy, x, ws[: (3 + 4) * plane - 1])
-    conv3x3_backward_filter(np.empty_like(wt), dy, x, ws[: (3 + 4) * plane])  # exactly enough
-    with pytest.raises(ValueError, match="one sample of this pass needs"):  # planes and sums
+    group = 2 * (3 + 4) * plane  # backward filter: one group (both samples) of C + O planes
+    assert group == 2 * conv3x3_filter_need(3, 4, 5, 5) and ws.size < group
+    with pytest.raises(ValueError, match=rf"2 sample\(s\) of this pass need {group}"):
+        conv3x3_backward_filter(np.empty_like(wt), dy, x, np.empty(group - 1))
+    conv3x3_backward_filter(np.empty_like(wt), dy, x, np.empty(group))  # exactly enough
+    with pytest.raises(ValueError, match=r"1 sample\(s\) of this pass need"):  # planes, sums
         conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt, ws[: 3 * plane + 5 * sums - 1])
     conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt, ws[: 3 * plane + 5 * sums])

@@ -39,6 +39,23 @@ def test_every_layout_gives_the_product(rng, dtype, trans_a, trans_b, m, k, n):
     np.testing.assert_allclose(out, expected, rtol=tol, atol=tol * k)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize("m,k,n", [(3, 5, 7), (200, 3, 1000), (1000, 17, 30), (4, 0, 5)])
+def test_gemm_adds_the_product_into_out(rng, dtype, trans_b, m, k, n):
+    """accumulate (BLAS's beta = 1: the convolution's backward filter adds its sample groups
+    so): out + op(a) @ op(b), small products too (np.matmul cannot add into out), and the empty
+    sum leaves out as it was."""
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(dtype)
+    start = rng.standard_normal((m, n)).astype(dtype)
+    out = start.copy()
+    gemm.gemm(out, a, b, False, trans_b, True)
+    expected = start + a.astype(np.float64) @ (b.T if trans_b else b)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out, expected, rtol=tol, atol=tol * max(k, 1))
+
+
 def test_views_are_read_in_place(rng):
     """A slice of rows and columns, a Fortran-ordered matrix and a transposed view are read
     through leading dimensions and flags, as the convolution's GEMMs pass them."""

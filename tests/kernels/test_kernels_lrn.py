@@ -1,5 +1,8 @@
 """Local response normalisation kernels against a NumPy float64 reference, the backward
-against the reference's Jacobian (adjointness), and float32."""
+against the reference's Jacobian (adjointness), and float32; both kernels against a NumPy copy
+of the kernels that stored scale for the backward, bit for bit."""
+
+import math
 
 import numpy as np
 import pytest
@@ -54,22 +57,54 @@ def ref_backward(dy, x, size, alpha, beta, k):
     return dx
 
 
+def _pow(d, beta):
+    """d^-beta elementwise with Python's math.pow, the C library's pow, which the compiled
+    kernels call too (NumPy's own power may round otherwise)."""
+    return np.vectorize(lambda v: math.pow(v, -beta), otypes=[np.float64])(d)
+
+
+def kernels_storing_scale(x, dy, size, alpha, beta, k):
+    """(y, dx) as the kernels computed them when the forward stored scale, in x's dtype, and
+    the backward read it with x and y: each operation in the dtype those kernels used (in
+    float32: the squares and dy*y/scale in float32, the window sums in float64 in channel order,
+    the rest in float64, as Numba promotes a float32 beside a float64), rounded where they
+    stored, so that the results are comparable bit for bit."""
+    c = x.shape[1]
+    d = np.empty(x.shape)  # the forward's scale before its store rounded it
+    for ci in range(c):
+        lo, hi = window(ci, size, c)
+        sums = np.zeros(x[:, ci].shape)
+        for cc in range(lo, hi):
+            sums += x[:, cc] * x[:, cc]
+        d[:, ci] = k + alpha / size * sums
+    y = (x.astype(np.float64) * _pow(d, beta)).astype(x.dtype)
+    scale = d.astype(x.dtype)
+    coef = 2.0 * alpha * beta / size
+    after = size // 2
+    dx = np.empty_like(x)
+    for ci in range(c):
+        sums = np.zeros(x[:, ci].shape)
+        for cc in range(max(ci + after - size + 1, 0), min(ci + after + 1, c)):
+            sums += dy[:, cc] * y[:, cc] / scale[:, cc]
+        own = _pow(scale[:, ci].astype(np.float64), beta)
+        dx[:, ci] = dy[:, ci].astype(np.float64) * own - coef * x[:, ci].astype(np.float64) * sums
+    return y, dx
+
+
 def _run(x, dy, size, alpha, beta, k):
     y = np.full_like(x, np.nan)
-    scale = np.full_like(x, np.nan)
-    lrn_forward(y, scale, x, size, alpha, beta, k)
+    lrn_forward(y, x, size, alpha, beta, k)
     dx = np.full_like(x, np.nan)
-    lrn_backward(dx, dy, x, y, scale, size, alpha, beta)
-    return y, scale, dx
+    lrn_backward(dx, dy, x, y, size, alpha, beta, k)
+    return y, dx
 
 
 @pytest.mark.parametrize("shape,size,alpha,beta,k", CASES)
 def test_forward_and_backward_against_reference(rng, shape, size, alpha, beta, k):
     x = rng.standard_normal(shape) * 2
     dy = rng.standard_normal(shape)
-    y, scale, dx = _run(x, dy, size, alpha, beta, k)
-    y_ref, scale_ref = ref_forward(x, size, alpha, beta, k)
-    assert_close64(scale, scale_ref)
+    y, dx = _run(x, dy, size, alpha, beta, k)
+    y_ref, _ = ref_forward(x, size, alpha, beta, k)
     assert_close64(y, y_ref)
     assert_close64(dx, ref_backward(dy, x, size, alpha, beta, k))
 
@@ -80,38 +115,53 @@ def test_backward_is_the_adjoint_of_the_linearised_forward(rng, shape, size, alp
     x = rng.standard_normal(shape)
     dy = rng.standard_normal(shape)
     direction = rng.standard_normal(shape)
-    _, _, dx = _run(x, dy, size, alpha, beta, k)
+    _, dx = _run(x, dy, size, alpha, beta, k)
     jv = ref_jacobian_vector(x, direction, size, alpha, beta, k)
     assert_adjoint(dy, jv, dx, direction, rtol=1e-7)  # finite differences: ~1e-9 accurate
     assert abs(inner(dy, jv)) > 1e-3  # not trivially zero
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,size,alpha,beta,k", CASES + [((2, 16, 5, 5), 5, 1e-4, 0.75, 2.0)])
+def test_equal_to_the_kernels_that_stored_scale(rng, dtype, shape, size, alpha, beta, k):
+    """The forward no longer stores scale and the backward takes the window sums again: y and
+    dx must be what they were, bit for bit. (The rebuilt scale must be rounded to x's dtype as
+    the stored one was: in float32, a backward using the float64 sums would change dx.)"""
+    x = (rng.standard_normal(shape) * 2).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    y, dx = _run(x, dy, size, alpha, beta, k)
+    y_before, dx_before = kernels_storing_scale(x, dy, size, alpha, beta, k)
+    assert y.dtype == dx.dtype == dtype
+    assert np.array_equal(y, y_before)
+    assert np.array_equal(dx, dx_before)
+
+
 def test_size_one_and_alpha_zero(rng):
     x = rng.standard_normal((1, 3, 2, 2))
-    y, scale, _ = _run(x, x, 1, 0.0, 0.75, 2.0)
-    np.testing.assert_array_equal(scale, 2.0)
-    assert_close64(y, x * 2.0**-0.75)
+    y, _ = _run(x, x, 1, 0.0, 0.75, 2.0)
+    assert_close64(y, x * 2.0**-0.75)  # scale = k everywhere
 
 
 def test_bad_arguments():
     x = np.zeros((1, 2, 2, 2))
     with pytest.raises(ValueError, match="size must be"):
-        lrn_forward(np.empty_like(x), np.empty_like(x), x, 0, 1e-4, 0.75, 1.0)
+        lrn_forward(np.empty_like(x), x, 0, 1e-4, 0.75, 1.0)
     with pytest.raises(ValueError, match="shape"):
-        lrn_forward(np.empty((1, 2, 2, 3)), np.empty_like(x), x, 5, 1e-4, 0.75, 1.0)
+        lrn_forward(np.empty((1, 2, 2, 3)), x, 5, 1e-4, 0.75, 1.0)
     with pytest.raises(ValueError, match="shape"):
-        lrn_backward(np.empty_like(x), np.empty((2, 2, 2, 2)), x, x, x + 1, 5, 1e-4, 0.75)
+        lrn_backward(np.empty_like(x), np.empty((2, 2, 2, 2)), x, x + 1, 5, 1e-4, 0.75, 1.0)
+    with pytest.raises(ValueError, match="shape"):
+        lrn_backward(np.empty_like(x), x, x, np.empty((1, 2, 2, 3)), 5, 1e-4, 0.75, 1.0)
 
 
 def test_float32(rng):
     shape, size, alpha, beta, k = CASES[1]
     x = rng.standard_normal(shape).astype(np.float32)
     dy = rng.standard_normal(shape).astype(np.float32)
-    y, scale, dx = _run(x, dy, size, alpha, beta, k)
-    assert y.dtype == scale.dtype == dx.dtype == np.float32
+    y, dx = _run(x, dy, size, alpha, beta, k)
+    assert y.dtype == dx.dtype == np.float32
     x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
-    y_ref, scale_ref = ref_forward(x64, size, alpha, beta, k)
-    np.testing.assert_allclose(scale, scale_ref, rtol=1e-6)
+    y_ref, _ = ref_forward(x64, size, alpha, beta, k)
     np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(
         dx, ref_backward(dy64, x64, size, alpha, beta, k), rtol=1e-4, atol=1e-5
