@@ -3,16 +3,17 @@ that fits --budget, with one line per probe on stderr as the search goes (progre
 the steps it plans, each planned once (Plans).
 
 A step fits when one of its techniques fits, so a search answers for the technique of the
-smallest peak (usually all three); the line under its answer names it.
+smallest peak (usually an offloading one); the line under its answer names it.
 """
 
+import math
 import sys
 
 from nnmem.cli.arguments import UsageError
 from nnmem.cli.plan_table import size_format, technique_name
 from nnmem.cli.progress import Progress
 from nnmem.memory import format_bytes
-from nnmem.search import largest_fitting
+from nnmem.search import largest_within
 
 
 class StepTooLarge(UsageError):
@@ -82,8 +83,11 @@ def find_batch(args, plans, batches):
 
 def _search(args, what, candidates, step_of, plans):
     """The last of `candidates` (depths or batches) whose step, step_of(candidate) = (batch,
-    depth), fits --budget under one of the techniques at least (search.largest_fitting); each
-    probe is one line on stderr, written as it starts and finished with its outcome."""
+    depth), fits --budget under one of the techniques at least. largest_within aims each probe
+    with the smallest peaks of the probes before it: peaks grow about linearly with the depth
+    and with the batch, so a few probes find the end even among deep networks, each of which
+    takes seconds to plan. Each probe is one line on stderr, written as it starts and finished
+    with its outcome."""
     print(
         f"nnmem plan: searching the {'deepest ResNet' if what == 'depth' else 'largest batch'} "
         f"that fits {format_bytes(args.budget)}, {what} {candidates[0]} to {candidates[-1]}; "
@@ -92,7 +96,7 @@ def _search(args, what, candidates, step_of, plans):
     )
     probes = 0
 
-    def fits(candidate):
+    def smallest_peak(candidate):
         nonlocal probes
         probes += 1
         batch, depth = step_of(candidate)
@@ -100,11 +104,11 @@ def _search(args, what, candidates, step_of, plans):
             "plan", f"probe {probes}: {step_name(args, batch, depth)}", at_once=True
         ) as p:
             step = plans.get(batch, depth, p.stage)
-            fitting = _fits(step, args.budget)
-            p.outcome = _outcome(step, args.budget, fitting)
-        return fitting
+            peak_bytes = _peak(step, args.budget)
+            p.outcome = _outcome(step, args.budget, peak_bytes <= args.budget)
+        return peak_bytes
 
-    return largest_fitting(fits, candidates)
+    return largest_within(smallest_peak, candidates, args.budget)
 
 
 def _outcome(step, budget, fitting):
@@ -112,38 +116,49 @@ def _outcome(step, budget, fitting):
     if isinstance(step, StepTooLarge):
         return "too large to plan: does not fit"
     best = step.best()
-    size = size_format([best.peak_bytes, budget])
+    peak, limit = _sizes(best.peak_bytes, budget)
     verdict = "fits" if fitting else "does not fit"
-    return f"{verdict} {size(budget)}: peak {size(best.peak_bytes)} with {technique_name(best)}"
+    return f"{verdict} {limit}: peak {peak} with {technique_name(best)}"
 
 
 def _say_technique(args, what, value, plans, found):
     """The line under a search's answer: the technique it was found under. A step fits when
     one of its techniques fits, so each probe stands for the technique of its smallest peak
-    (usually all three, which keeps least on the device)."""
+    (usually an offloading one, which keeps least on the device)."""
     batch, depth = (value, args.depth) if what == "batch" else (args.batch_size, value)
     step = plans.get(batch, depth)
     if isinstance(step, StepTooLarge):
         return  # the first candidate, too large to plan: its probe's line said so
     best = step.best()
-    size = size_format([best.peak_bytes, args.budget])
+    peak, _ = _sizes(best.peak_bytes, args.budget)
     smallest = "" if found is not None else ", the smallest"
     print(
         f"  searched under the technique of smallest peak at each {what}: at {what} {value}"
-        f"{smallest}, {technique_name(best)} ({size(best.peak_bytes)})"
+        f"{smallest}, {technique_name(best)} ({peak})"
     )
 
 
-def _fits(planned, budget):
-    """Whether a step fits `budget`, for the searches: `planned` is what Plans.get returns, a
+def _sizes(peak, budget):
+    """A peak and a budget as the search's lines write them: each in its own unit (a peak of
+    769.6 MiB reads as such against 1000 TiB), or, when that writes them alike, in the digits
+    that tell them apart (plan_table.size_format: 11.95 GiB against 12.00 GiB)."""
+    texts = format_bytes(peak), format_bytes(budget)
+    if texts[0] != texts[1]:
+        return texts
+    size = size_format([peak, budget])
+    return size(peak), size(budget)
+
+
+def _peak(planned, budget):
+    """A step's smallest peak, for the searches: `planned` is what Plans.get returns, a
     StepPlan or the StepTooLarge error. A step too large to plan needs more than the planning
-    pool, so it does not fit a budget no larger than that pool (a budget beyond it cannot be
-    decided, and the error says so)."""
+    pool: more than any budget no larger than that pool (math.inf); a budget beyond it cannot
+    be decided, and the error says so."""
     if isinstance(planned, StepTooLarge):
         if planned.capacity is not None and budget > planned.capacity:
             raise planned
-        return False
-    return planned.best().fits(budget)
+        return math.inf
+    return planned.best().peak_bytes
 
 
 def _found(value, candidates):
