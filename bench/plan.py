@@ -1,8 +1,11 @@
 """AlexNet at batch 200 (3x227x227, float32): peak memory of baseline, liveness, liveness +
-recomputation, liveness + offload and all three, planned on shapes alone, beside SuperNeurons'
-measured 2189 / 1489 / 1132 / 886 MB (section 4.1: baseline, liveness, liveness + offload with
-CONV layers as checkpoints, all three; it reports no figure for recomputation alone). nnmem
-offloads with offload="all" here (every activation backward reads).
+recomputation, liveness + offload, all three and the optimal plan's smallest, planned on
+shapes alone, beside SuperNeurons' measured 2189 / 1489 / 1132 / 886 MB (section 4.1: baseline,
+liveness, liveness + offload with CONV layers as checkpoints, all three; it reports no figure
+for recomputation alone). nnmem offloads with offload="all" here (every activation backward
+reads). SuperNeurons' MB are MiB (2**20 bytes): its 886.23 is exactly four of conv1's outputs,
+4 x 200x96x55x55 floats = 4 x 221.56 MiB, the working set of LRN1's backward (x, y, dy, dx).
+Every figure here is in MiB.
 
     python bench/plan.py [--json out.json] [--no-scale]
 
@@ -27,6 +30,7 @@ from train import emit_json
 import nnmem.ops.conv as conv_op
 from nnmem.cli.arguments import output_file
 from nnmem.models import create_model
+from nnmem.planning import frontier as optimal_frontier
 from nnmem.planning import plan
 
 SUPERNEURONS_MB = {
@@ -41,6 +45,13 @@ def alexnet_plan():
     return plan(create_model("alexnet"), (200, 3, 227, 227), recompute="cost-aware")
 
 
+def alexnet_smallest():
+    """The smallest pool of AlexNet's optimal plan (keep, recompute or offload per tensor,
+    weight gradients included: graph/optimal.py) and the solver's bound on it."""
+    found = optimal_frontier(create_model("alexnet"), (200, 3, 227, 227), budgets=[])
+    return found.smallest_bytes, found.proven_bytes
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
@@ -51,13 +62,14 @@ def main():
     conv_op.WORKSPACE_LIMIT_BYTES = 0  # no workspace fits: every convolution runs direct
     try:
         direct = alexnet_plan()
+        smallest, proven = alexnet_smallest()
     finally:
         conv_op.WORKSPACE_LIMIT_BYTES = limit
-    mb = 1e6
+    mb = 2**20
     rows = {}
-    print("AlexNet, batch 200, 3x227x227, float32 (MB = 10^6 bytes)")
+    print("AlexNet, batch 200, 3x227x227, float32 (MiB = 2^20 bytes, SuperNeurons' unit)")
     print(
-        f"  persistent (parameters, momentum, batch, results): {full.persistent_bytes / mb:.1f} MB"
+        f"  persistent (parameters, momentum, batch, results): {full.persistent_bytes / mb:.1f} MiB"
     )
     print(
         f"  {'technique':22} {'full':>9} {'data':>9} {'data, no ws':>12} {'SuperNeurons':>13}  "
@@ -65,21 +77,32 @@ def main():
     )
     for a, b in zip(full.techniques, direct.techniques):
         row = {
-            "full_mb": a.peak_bytes / mb,
-            "data_mb": (a.peak_bytes - full.persistent_bytes) / mb,
-            "data_no_workspace_mb": (b.peak_bytes - direct.persistent_bytes) / mb,
-            "superneurons_mb": SUPERNEURONS_MB.get(a.technique),
-            "host_mb": a.host_bytes / mb,
+            "full_mib": a.peak_bytes / mb,
+            "data_mib": (a.peak_bytes - full.persistent_bytes) / mb,
+            "data_no_workspace_mib": (b.peak_bytes - direct.persistent_bytes) / mb,
+            "superneurons_mib": SUPERNEURONS_MB.get(a.technique),
+            "host_mib": a.host_bytes / mb,
             "recomputations": b.recomputations,
             "peak_at": b.peak_operation,
         }
         rows[a.technique] = row
-        paper = row["superneurons_mb"]
+        paper = row["superneurons_mib"]
         print(
-            f"  {a.technique:22} {row['full_mb']:9.1f} {row['data_mb']:9.1f} "
-            f"{row['data_no_workspace_mb']:12.1f} {'-' if paper is None else f'{paper:.1f}':>13}  "
+            f"  {a.technique:22} {row['full_mib']:9.1f} {row['data_mib']:9.1f} "
+            f"{row['data_no_workspace_mib']:12.1f} {'-' if paper is None else f'{paper:.1f}':>13}  "
             f"{row['recomputations']:9d}  {row['peak_at']}"
         )
+    rows["optimal (smallest)"] = {
+        "data_no_workspace_mib": (smallest - direct.persistent_bytes) / mb,
+        "solver_bound_mib": (proven - direct.persistent_bytes) / mb,
+        "superneurons_mib": SUPERNEURONS_MB["all three"],
+    }
+    print(
+        f"  {'optimal (smallest)':22} {'':>9} {'':>9} "
+        f"{rows['optimal (smallest)']['data_no_workspace_mib']:12.2f} "
+        f"{SUPERNEURONS_MB['all three']:13.2f}  (keep, recompute or offload per tensor; the "
+        f"solver's bound {rows['optimal (smallest)']['solver_bound_mib']:.2f})"
+    )
     if not args.no_scale:
         start = time.perf_counter()
         deep = plan(

@@ -80,11 +80,11 @@ def create_cpu_device(pool_bytes=None, policy=None, link_gbps=None):
     return CpuDevice(_pool_bytes(pool_bytes), policy=policy, link_gbps=link_gbps)
 
 
-def create_planning_device(pool_bytes=2**50, policy="best_fit", plans_for="cpu"):
+def create_planning_device(pool_bytes=2**50, policy="best_fit", plans_for="cpu", link_gbps=None):
     """A planning device: nothing runs, no byte is used, and its pool's statistics are what a
     real pool of a `plans_for` device ("cpu" or "cuda") would show (default: 1 PiB, no
-    limit)."""
-    return PlanningDevice(pool_bytes, policy=policy, plans_for=plans_for)
+    limit). `link_gbps`: the copy link's speed that the optimal planner assumes there."""
+    return PlanningDevice(pool_bytes, policy=policy, plans_for=plans_for, link_gbps=link_gbps)
 
 
 _default_device = None

@@ -112,6 +112,7 @@ class Model(Layer):
         budget=None,
         async_offload=True,
         concurrency="off",
+        memory="heuristic",
     ):
         """Create the parameters from the inputs' shapes and fix the modes.
 
@@ -130,6 +131,9 @@ class Model(Layer):
         of Runtime Concurrency Control and Operation Scheduling apply; graph mode on the CPU
         device only; see nnmem.graph.concurrency): the first replays profile every operation's
         thread count.
+        memory: "heuristic" (the default: the policies above decide) or "optimal": the
+        fastest plan within `budget`, keep, recompute or offload chosen per tensor by a MILP
+        solver (graph mode; see nnmem.graph.optimal); ``step.memory_decisions()`` lists them.
 
         The budget and eager offloading (offload without use_graph: the device's tensor cache)
         belong to the device: the last compile on a device sets them for every model on it.
@@ -139,7 +143,7 @@ class Model(Layer):
             raise TypeError("compile(inputs): give a list of input tensors, e.g. [tx]")
         dev = inputs[0].device
         options = StepOptions(
-            use_graph, sequential, recompute, offload, budget, async_offload, concurrency
+            use_graph, sequential, recompute, offload, budget, async_offload, concurrency, memory
         ).check(dev)
         # eager offloading is the device's tensor cache ("dyn": the cache moves tensors only
         # when memory runs short, which is already dynamic, so it keeps every candidate)

@@ -10,7 +10,14 @@ ways, exactly as ``model.compile`` and graph mode would on a CPU device:
 - liveness + recompute:   cheap forward results dropped and rebuilt in backward;
 - liveness + offload:     activations moved to host memory between forward and backward
                           (graph/offload.py; their host bytes are reported apart);
-- all three:              offloading the checkpoints that recomputation keeps (SuperNeurons).
+- all three:              offloading the checkpoints that recomputation keeps (SuperNeurons);
+- optimal (memory="optimal", with a budget): keep, recompute or offload per tensor, the
+                          fastest plan within the budget (graph/optimal.py).
+
+``frontier(model, input_shape)`` solves the optimal plan at many budgets, from the liveness
+peak down to the smallest feasible: the time/memory Pareto curve, with every heuristic
+(recompute and offload policies and their combinations) as a point on the same axes, timed by
+the same cost model (graph/costs.py).
 
 Because the planner is the graph compiler itself, running on the same allocator, its peak is
 the peak a real graph-mode iteration measures in the pool, byte for byte.
@@ -30,7 +37,11 @@ from typing import NamedTuple
 import numpy as np
 
 from nnmem import device, opt, tensor
-from nnmem.step_options import StepOptions
+from nnmem.graph import optimal
+from nnmem.graph.optimal import OptimalPlanner
+from nnmem.graph.plan import pool_bytes_needed
+from nnmem.memory import format_bytes
+from nnmem.step_options import MEMORY, StepOptions
 
 #: The extra arguments of SINGA's train_one_batch(self, x, y, dist_option, spars), as SINGA's
 #: cnn/train_cnn.py passes them when training on one device.
@@ -46,8 +57,9 @@ class TechniquePlan(NamedTuple):
     peak_operation: str  # "layer:Op" at the peak
     recomputations: int  # extra forward operations run in backward
     timeline: object  # memory.timeline.Timeline: bytes and live tensors per position
-    offload: str = "none"  # the offload policy ("dyn": the one it chose)
+    offload: str = "none"  # the offload policy ("dyn": the one it chose; "optimal")
     host_bytes: int = 0  # host memory the offloaded tensors take
+    optimal: object = None  # memory="optimal": what the planner decided (OptimalPlan)
 
     def fits(self, budget):
         return budget is None or self.peak_bytes <= budget
@@ -76,6 +88,8 @@ def plan(
     step_args=None,
     tensors=False,
     progress=None,
+    memory="heuristic",
+    link_gbps=None,
 ):
     """A StepPlan for training `model` (a new, uninitialised Model: it is compiled on a
     planning device) on batches of `input_shape` (batch first) with class-id labels.
@@ -87,14 +101,21 @@ def plan(
     the memory viewer shows; for a deep network, many rows).
     `progress`: None, or a function called with the name of each stage as it starts,
     "recording" and then each technique's (a deep network takes seconds to minutes: nnmem plan
-    shows them)."""
+    shows them).
+    `memory`: "optimal" adds the row "optimal", the fastest plan within `budget` (which it
+    requires); NoPlanFits (graph/optimal.py) when no plan fits it. `link_gbps`: the copy
+    link's speed its cost model assumes (None: graph/costs.py's default)."""
     progress = progress or _no_progress
     _check_new(model)
     if offload == "dyn" and budget is None:
         offload = "all"  # no budget to fit: what "dyn" plans when no policy fits
+    if memory == "optimal" and budget is None:
+        raise ValueError("plan(memory='optimal') finds the fastest plan within a budget: give one")
+    if memory not in MEMORY:
+        raise ValueError(f"plan(memory={memory!r}): choose one of {MEMORY}")
     # No device yet: the planning device made below has no limit to check the budget against.
     budget = StepOptions(True, sequential, recompute, offload, budget).check(None, "plan").budget
-    dev = device.create_planning_device()
+    dev = device.create_planning_device(link_gbps=link_gbps)
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     step_args = _step_args(model, step_args)
     progress("recording")
@@ -121,8 +142,130 @@ def plan(
                 offload_policy = step.choose_offload(sequential, recompute_policy, budget) or "all"
             step.replan(sequential, recompute_policy, offload_policy)
             techniques.append(_summarise(name, step, tensors))
+    if memory == "optimal":
+        progress("optimal")
+        step.plan_optimal(sequential, budget)
+        techniques.append(_summarise("optimal", step, tensors))
     return StepPlan(
         type(model).__name__, tx.shape, step.persistent_bytes, len(step.recorded), techniques
+    )
+
+
+class FrontierPoint(NamedTuple):
+    """One budget of the frontier: the fastest plan that fits it (graph/optimal.py)."""
+
+    budget: int
+    peak_bytes: int  # the pool the placed plan needs (<= budget)
+    predicted_seconds: float  # the cost model's time of the plan (costs.plan_seconds)
+    lower_bound_seconds: float  # the program's bound, in its model (graph/optimal.py)
+    gap: float  # the program's gap
+    recomputed: int  # tensors rebuilt in backward
+    offloaded: int  # tensors moved to host memory (activations and weight gradients)
+    kept: int  # tensors that backward (or the commit) reads and that stay on the device
+    source: str  # "solver", or the heuristic whose plan was faster (OptimalPlan.source)
+
+
+class HeuristicPoint(NamedTuple):
+    """A heuristic's plan on the frontier's axes: its pool and its time, by the same model."""
+
+    technique: str  # e.g. "recompute speed + offload conv"
+    peak_bytes: int
+    predicted_seconds: float
+
+
+class Frontier(NamedTuple):
+    model: str
+    input_shape: tuple
+    persistent_bytes: int
+    step_seconds: float  # the step with no technique, by the cost model
+    cost_source: str  # "measured" or "flop model" (graph/costs.py)
+    smallest_bytes: int  # the smallest pool the optimal plan fits
+    proven_bytes: int  # no plan of this step fits in less (the solver's proof)
+    points: list  # FrontierPoint, budgets from the largest down
+    heuristics: list  # HeuristicPoint
+
+
+#: The heuristics drawn beside the frontier, and their names (the optimal planner weighs their
+#: plans beside the solver's: graph/optimal.py).
+HEURISTICS = optimal.HEURISTICS
+heuristic_name = optimal.heuristic_name
+
+
+def frontier(
+    model,
+    input_shape,
+    budgets=None,
+    points=10,
+    sequential=False,
+    optimizer=None,
+    dtype=np.float32,
+    step_args=None,
+    device_=None,
+    time_limit=60.0,
+    progress=None,
+    link_gbps=None,
+):
+    """The Frontier of `model` (new and uninitialised) on batches of `input_shape`: the
+    fastest plan at each of `budgets` (bytes of pool; default `points` budgets evenly spaced
+    from the liveness peak down to the smallest the optimal plan fits, and the pool of each
+    heuristic that fits), and each heuristic's plan as a point. Planned on a planning device
+    (the flop model), or on `device_` (a CPU device: every operation's time is measured
+    there, and the step is run once).
+    `link_gbps`: the copy link's speed the planning device assumes (None: costs.py's
+    default).
+    `progress`: called with "budget ..." as each budget is solved (nnmem plan's stages)."""
+    progress = progress or _no_progress
+    _check_new(model)
+    dev = device_ or device.create_planning_device(link_gbps=link_gbps)
+    tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
+    model.compile([tx], is_train=True, use_graph=True, sequential=sequential)
+    tx.set_value(0)
+    ty.set_value(0)
+    model(tx, ty, *_step_args(model, step_args))
+    step = model.compiled_step(tx, ty, *_step_args(model, step_args))
+    planner = OptimalPlanner(step.recorded, step.recorded_kinds, dev, sequential, joined=True)
+    _, smallest, proven = planner.smallest(time_limit)
+    heuristics = [
+        HeuristicPoint(name, needed, seconds)
+        for name, _, needed, seconds in planner.heuristic_plans()
+    ]
+    liveness = pool_bytes_needed(planner.liveness, dev, joined=True)
+    if budgets is None:  # evenly spaced, and each heuristic's own pool: compared where it fits
+        budgets = np.linspace(liveness, smallest, max(points, 2)).astype(int).tolist()
+        budgets += [h.peak_bytes for h in heuristics]
+    found = []
+    # the smallest first: each larger budget may then take a smaller one's plan if it is
+    # faster (OptimalPlanner.plan), so the curve never rises with the budget
+    for budget in sorted({int(b) for b in budgets}):
+        if budget < smallest:
+            continue
+        planned, decided = planner.plan(budget, time_limit)
+        recomputed, offloaded = len(decided.decisions.recompute), len(decided.decisions.offload)
+        found.append(
+            FrontierPoint(
+                budget,
+                decided.pool_bytes,
+                decided.predicted_seconds,
+                decided.lower_bound_seconds,
+                decided.gap,
+                recomputed,
+                offloaded,
+                len(decided.rows) - recomputed - offloaded,
+                decided.source,
+            )
+        )
+        progress(f"budget {format_bytes(budget)}")
+    found.reverse()  # the largest budget first
+    return Frontier(
+        type(model).__name__,
+        tx.shape,
+        planner.outside,
+        planner.costs.step_seconds,
+        planner.costs.source,
+        smallest,
+        proven,
+        found,
+        heuristics,
     )
 
 
@@ -223,7 +366,8 @@ def _summarise(name, step, tensors=False):
     timeline = step.timeline
     position, operation = timeline.peak_position()
     # as nnmem plan's table names it: with the offload policy
-    timeline.label = name if step.offload == "none" else f"{name} ({step.offload})"
+    named = step.offload in ("none", "optimal")
+    timeline.label = name if named else f"{name} ({step.offload})"
     if tensors:
         timeline.tensors = step.live_tensors()
     return TechniquePlan(
@@ -237,4 +381,5 @@ def _summarise(name, step, tensors=False):
         timeline,
         step.offload,
         step.host_layout.arena_bytes,
+        step.optimal,
     )

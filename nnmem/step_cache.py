@@ -7,18 +7,21 @@ included, runs the compiled step. A first run that fails before its commit keeps
 
 With offload="dyn" (vDNN's dynamic policy), compiling picks the fastest offload policy that
 fits the budget; when none does with the convolutions' fastest workspaces, the step is
-recorded again under a lower cap on them (WORKSPACE_LIMITS).
+recorded again under a lower cap on them (WORKSPACE_LIMITS). memory="optimal" does the same
+when no plan fits. A cap never takes a convolution pass below one sample group, the smallest
+workspace that computes the same numbers (ops/conv.py), so no cap changes a bit.
 """
 
 from collections.abc import Hashable
 
 from nnmem.graph.executor import CompiledStep, PlanTooLarge
+from nnmem.graph.optimal import NoPlanFits
 from nnmem.graph.recorder import Recorder
 from nnmem.memory.errors import OutOfMemory
 from nnmem.tensor import Tensor
 
-#: offload="dyn": the caps on a convolution's workspace tried in turn (None: no cap; 0: the
-#: direct algorithm everywhere).
+#: offload="dyn" and memory="optimal": the caps on a convolution's workspace tried in turn
+#: (None: no cap; 0: one sample group per pass, the least that keeps every number).
 WORKSPACE_LIMITS = (None, 64 * 2**20, 16 * 2**20, 4 * 2**20, 2**20, 0)
 
 
@@ -109,6 +112,8 @@ class StepCache:
         with the convolutions' fastest workspaces; failing that, the step is recorded again
         with a lower cap on workspaces (the convolutions with the largest downgrade first:
         fewer samples per chunk, then the direct algorithm)."""
+        if options.memory == "optimal":
+            return self._record_optimal(dev, step, inputs, kwargs, tensors, label, options)
         limits = WORKSPACE_LIMITS if options.offload == "dyn" else (dev.workspace_limit,)
         for limit in limits:
             with dev.limit_workspaces(limit):
@@ -133,6 +138,27 @@ class StepCache:
             f"{too_large.budget}; raise the budget or use a smaller batch"
         )
         raise error
+
+    def _record_optimal(self, dev, step, inputs, kwargs, tensors, label, options):
+        """(CompiledStep, result) with memory="optimal": recorded with the budget lifted (the
+        workspaces sized from the pool alone, so the step is the same at every budget), then
+        planned within the budget (graph/optimal.py); when no plan fits, recorded again with
+        smaller convolution workspaces (WORKSPACE_LIMITS), and NoPlanFits names the smallest
+        budget of the last (the smallest workspaces)."""
+        for limit in WORKSPACE_LIMITS:
+            with dev.without_budget(), dev.limit_workspaces(limit):
+                recorder, result = _record(dev, step, inputs, kwargs)
+            try:
+                compiled = CompiledStep(dev, recorder, tensors, result, label, options)
+            except NoPlanFits as e:
+                # nothing of this try may hold bytes while the next one records and plans:
+                # not its results, nor the error's frames (which refer to them)
+                too_large = e.with_traceback(None)
+                del recorder, result
+                continue
+            compiled.workspace_limit = limit
+            return compiled, result
+        raise too_large
 
 
 def _record(dev, step, inputs, kwargs):

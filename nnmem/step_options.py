@@ -1,7 +1,8 @@
 """StepOptions: how a model's training step runs, the options of ``Model.compile``, checked in
 one place.
 
-``StepOptions(use_graph, sequential, recompute, offload, budget, async_offload, concurrency)``
+``StepOptions(use_graph, sequential, recompute, offload, budget, async_offload, concurrency,
+memory)``
 holds them as given; ``check(device)`` refuses every value and every pair that cannot work
 (one-line errors that name the argument and what to give instead) and returns them
 normalised: the budget in bytes. ``Model.compile`` checks its arguments with it, and
@@ -14,12 +15,17 @@ from nnmem.graph import offload, recompute
 from nnmem.graph.concurrency import check_policy as check_concurrency
 from nnmem.memory import format_bytes, parse_bytes
 
+#: Who decides what each tensor does: the papers' rules, or the solver (graph/optimal.py).
+MEMORY = ("heuristic", "optimal")
+
 
 @dataclasses.dataclass(frozen=True)
 class StepOptions:
     """What Model.compile documents: use_graph, sequential (replay order), recompute (a
     recompute policy), offload (an offload policy), budget (None, bytes, or text such as
-    "1GiB" before check), async_offload (vDNNExt's engine or vDNN's) and concurrency."""
+    "1GiB" before check), async_offload (vDNNExt's engine or vDNN's), concurrency, and
+    memory: "heuristic" (the policies decide) or "optimal" (graph/optimal.py decides per
+    tensor, fastest within the budget)."""
 
     use_graph: bool = False
     sequential: bool = False
@@ -28,6 +34,7 @@ class StepOptions:
     budget: object = None
     async_offload: bool = True
     concurrency: str = "off"
+    memory: str = "heuristic"
 
     def check(self, device, caller="compile"):
         """These options with the budget in bytes, or a ValueError (TypeError for a wrong
@@ -57,6 +64,7 @@ class StepOptions:
         if not isinstance(self.async_offload, bool):
             raise TypeError(f"{caller}(async_offload={self.async_offload!r}): give True or False")
         check_concurrency(concurrency)
+        self._check_memory(caller)
         if concurrency != "off":
             if not self.use_graph:
                 raise ValueError(
@@ -81,6 +89,37 @@ class StepOptions:
             check_concurrency(concurrency, device)
         budget = None if self.budget is None else self._budget_bytes(device, caller)
         return dataclasses.replace(self, budget=budget)
+
+    def _check_memory(self, caller):
+        """memory="optimal" decides recomputation and offloading itself, within a budget."""
+        if self.memory not in MEMORY:
+            raise ValueError(f"{caller}(memory={self.memory!r}): choose one of {MEMORY}")
+        if self.memory == "heuristic":
+            return
+        if not self.use_graph:
+            raise ValueError(
+                f"{caller}(memory='optimal') plans a recorded step: compile with use_graph=True"
+            )
+        if self.budget is None:
+            raise ValueError(
+                f"{caller}(memory='optimal') finds the fastest plan within a budget: give one, "
+                "e.g. budget='1GiB'"
+            )
+        asked = [
+            f"{name}={value!r}"
+            for name, value, default in (
+                ("recompute", self.recompute, "none"),
+                ("offload", self.offload, "none"),
+                ("concurrency", self.concurrency, "off"),
+            )
+            if value != default
+        ]
+        if asked:
+            raise ValueError(
+                f"{caller}(memory='optimal', {', '.join(asked)}): the optimal plan decides "
+                "recomputation and offloading per tensor itself; leave recompute='none', "
+                "offload='none' and concurrency='off', or use memory='heuristic'"
+            )
 
     def _budget_bytes(self, device, caller):
         """The budget in bytes (a number, or text such as "1.5GiB"), checked against the pool."""

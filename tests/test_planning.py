@@ -64,7 +64,7 @@ def test_a_planned_timeline_peaks_with_its_arena_not_at_its_lower_bound():
     pytest.importorskip("matplotlib", reason="plotting needs matplotlib")
     from nnmem.memory.timeline import plot_timelines
 
-    planned = plan(create_model("cnn"), (4, 1, 28, 28), offload="none")
+    planned = plan(create_model("cnn"), (2, 1, 28, 28), offload="none")
     recompute = planned.techniques[2]
     timeline = recompute.timeline
     assert recompute.peak_bytes > recompute.lower_bound_bytes  # this layout has gaps

@@ -133,6 +133,16 @@ def _check_folder(path):
         )
 
 
+def png_path(text):
+    """A path ending in .png (matplotlib's plot), in a folder that exists."""
+    if not text.lower().endswith(".png") or not os.path.basename(text[:-4]):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a .png file name; name one, e.g. out.png"
+        )
+    _check_folder(text)
+    return text
+
+
 def sample_shape(text):
     """One sample's shape, (3, 224, 224) from "3x224x224"."""
     try:

@@ -9,6 +9,7 @@ is loaded or any step is built.
 """
 
 from nnmem.cli.arguments import UsageError
+from nnmem.step_options import MEMORY
 
 #: The model both commands take without --model: SINGA's CNN, which trains on the digits.
 DEFAULT_MODEL = "cnn"
@@ -54,6 +55,37 @@ def image_too_small(model, sample):
     if smallest is None or len(sample) != 3 or min(sample[1:]) >= smallest:
         return None
     return smallest
+
+
+def memory_flag(p, what):
+    """--memory, as nnmem train and nnmem plan take it (`what`: the help's end)."""
+    p.add_argument(
+        "--memory",
+        default="heuristic",
+        choices=list(MEMORY),
+        help="who decides what each tensor does: heuristic (the --recompute and --offload "
+        "policies) or optimal (keep, recompute or offload per tensor, the fastest plan "
+        f"within --budget, by a MILP solver): {what}",
+    )
+
+
+def check_memory_flags(args, example_budget, policies_asked):
+    """--memory optimal needs a budget; `policies_asked`: the flags that would set policies
+    the optimal plan decides itself (nnmem train's --recompute and --offload; nnmem plan has
+    none: its rows show the heuristics beside the optimal one)."""
+    if args.memory != "optimal":
+        return
+    if args.budget is None:
+        raise UsageError(
+            "argument --memory: optimal finds the fastest plan within a budget; add --budget, "
+            f"e.g. --budget {example_budget}"
+        )
+    for flag, asked in policies_asked:
+        if asked:
+            raise UsageError(
+                f"argument --memory: optimal decides recomputation and offloading per tensor "
+                f"itself; leave out {flag} (or use --memory heuristic)"
+            )
 
 
 def check_offload_flags(args, default_offload, example_budget):

@@ -19,10 +19,13 @@ import functools
 
 import numpy as np
 
+from nnmem import planning
 from nnmem.cli.arguments import (
     UsageError,
     byte_size,
     format_shape,
+    link_gbps,
+    png_path,
     positive_float,
     positive_int,
     resnet_depth,
@@ -37,10 +40,13 @@ from nnmem.cli.flags import (
     DEFAULT_MODEL,
     PAPER_SAMPLES,
     check_depth_rules,
+    check_memory_flags,
     check_offload_flags,
     depth_of,
     image_too_small,
+    memory_flag,
 )
+from nnmem.cli.frontier import draw_frontier, print_frontier
 from nnmem.cli.plan_search import Plans, StepTooLarge, find_batch, find_depth
 from nnmem.cli.plan_table import print_plan
 from nnmem.cli.progress import Progress
@@ -152,6 +158,23 @@ def add_parser(commands):
         "to list the tensors live there, see the arena's layout); FILE.png: plot them, with "
         "the data beside it as JSON",
     )
+    memory_flag(p, "optimal adds its row to the table (with --budget)")
+    p.add_argument(
+        "--link-gbps",
+        type=link_gbps,
+        default=None,
+        help="the copy link's speed (GB/s) that the optimal plan and --frontier assume for "
+        "offloading (default: 12, a PCIe 3 x16 link)",
+    )
+    p.add_argument(
+        "--frontier",
+        type=png_path,
+        metavar="FILE.png",
+        default=None,
+        help="draw the time/memory frontier: the optimal plan at budgets from the liveness "
+        "peak down to the smallest that fits, with every heuristic as a point on the same "
+        "axes (the data beside it as JSON), and print its table",
+    )
     search = p.add_mutually_exclusive_group()
     search.add_argument(
         "--find-depth",
@@ -178,7 +201,21 @@ def run(args):
             "add --budget, e.g. --budget 12GiB"
         )
     check_offload_flags(args, default_offload="all", example_budget="12GiB")
+    check_memory_flags(
+        args,
+        "12GiB",
+        [
+            ("--find-depth (it searches with the heuristics)", args.find_depth),
+            ("--find-batch (it searches with the heuristics)", args.find_batch),
+        ],
+    )
+    if args.frontier and (args.find_depth or args.find_batch):
+        raise UsageError(
+            "argument --frontier: it draws one step's frontier; leave out --find-depth and "
+            "--find-batch"
+        )
     require_matplotlib(args.timeline)
+    require_matplotlib(args.frontier, "--frontier")
     if args.find_depth and args.model != "resnet":
         raise UsageError("argument --find-depth: it searches ResNet depths; use --model resnet")
     check_flags_apply(args)
@@ -216,12 +253,31 @@ def run(args):
     if isinstance(step, StepTooLarge):
         raise step
     print_plan(step, args.budget)
+    if args.frontier:
+        write_frontier(args, sample)
     if args.timeline:
         if step.techniques[0].timeline.tensors is None:  # a search's plan: planned again
             step = plans.with_tensors(args.batch_size, args.depth)
         with Progress("plan", f"writing {args.timeline}"):
             write_plan_timeline(args, step)
     return 0
+
+
+def write_frontier(args, sample):
+    """--frontier: the frontier of the step the flags describe, printed and drawn."""
+    batch = (args.batch_size,) + sample
+    with Progress("plan", f"the frontier of {args.model}, input {format_shape(batch)}") as work:
+        frontier = planning.frontier(
+            model_of(args, sample, args.depth),
+            batch,
+            dtype=np.dtype(args.dtype),
+            progress=work.stage,
+            link_gbps=args.link_gbps,
+        )
+    print()
+    print_frontier(frontier)
+    draw_frontier(frontier, args.frontier)
+    print(f"  frontier drawn to {args.frontier} (its data: beside it, .json)")
 
 
 def check_flags_apply(args):
@@ -315,6 +371,8 @@ def plan_step(args, sample, batch, depth, tensors=None, progress=None):
             dtype=np.dtype(args.dtype),
             tensors=tensors,
             progress=progress,
+            memory=args.memory,
+            link_gbps=args.link_gbps,
         )
     except OutOfMemory as e:
         raise StepTooLarge(

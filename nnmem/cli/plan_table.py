@@ -37,7 +37,7 @@ def size_format(sizes):
 
 def technique_name(technique):
     """A TechniquePlan's name as the table writes it, with its offload policy."""
-    if technique.offload == "none":
+    if technique.offload in ("none", "optimal"):
         return technique.technique
     return f"{technique.technique} ({technique.offload})"
 

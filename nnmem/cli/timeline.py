@@ -24,16 +24,19 @@ from nnmem.memory.units import parse_bytes
 from nnmem.memory.viewer import write_viewer
 
 
-def require_matplotlib(path):
+def require_matplotlib(path, flag="--timeline"):
     """A PNG is plotted with matplotlib, an optional dependency: checked before any work, so
     that a missing one does not throw away the measurement it would have plotted. The viewer
     (.html) needs nothing."""
     if path is None or is_html(path) or importlib.util.find_spec("matplotlib") is not None:
         return
+    viewer = (
+        ", name an .html file (the memory viewer needs nothing)" if flag == "--timeline" else ""
+    )
     raise UsageError(
-        "argument --timeline: plotting needs matplotlib, which is not installed; install "
-        "it with pip install matplotlib (in nnmem's checkout: pip install '.[plot]'), name an "
-        ".html file (the memory viewer needs nothing), or leave out --timeline"
+        f"argument {flag}: plotting needs matplotlib, which is not installed; install "
+        f"it with pip install matplotlib (in nnmem's checkout: pip install '.[plot]'){viewer}, "
+        f"or leave out {flag}"
     )
 
 

@@ -34,7 +34,7 @@ from nnmem.cli.factories import (
 from nnmem.cli.hints import pool_hint, viewer_hint
 from nnmem.cli.resume import Saver, resumed
 from nnmem.cli.timeline import require_matplotlib, write_train_timeline
-from nnmem.cli.train_report import TrainReport, offload_summary, summary_line
+from nnmem.cli.train_report import TrainReport, offload_summary, optimal_summary, summary_line
 from nnmem.communicator import launched_with_mpi
 from nnmem.data import iterate_batches, load, shard
 from nnmem.graph import concurrency, offload, recompute
@@ -171,10 +171,21 @@ def offload_flags(p):
         help="synchronise compute and copies at every layer's end (vDNN) instead of the "
         "asynchronous engine (vDNNExt)",
     )
+    flags.memory_flag(p, "optimal prints what it decided after the first epoch")
 
 
 def run(args):
     flags.check_offload_flags(args, default_offload="none", example_budget="512MiB")
+    flags.check_memory_flags(
+        args,
+        "512MiB",
+        [
+            (f"--recompute {args.recompute}", args.recompute != "none"),
+            (f"--offload {args.offload}", args.offload != "none"),
+            ("--no-graph", args.no_graph),
+            (f"--concurrency {args.concurrency}", args.concurrency != "off"),
+        ],
+    )
     if args.link_gbps is not None and args.device != "cpu":
         raise UsageError(
             "argument --link-gbps: it slows the CPU's copies to a GPU link's speed; a GPU has "
@@ -259,6 +270,7 @@ def train(args, dev, data, num_classes, dist=None):
         budget=args.budget,
         async_offload=not args.sync_offload,
         concurrency=args.concurrency,
+        memory=args.memory,
     )
     epochs_done = 0 if args.resume is None else resumed(args, model, optimizer, dev)
     say(
@@ -268,6 +280,7 @@ def train(args, dev, data, num_classes, dist=None):
         + ("" if args.budget is None else f", budget {format_bytes(args.budget)}")
         + ("" if args.offload == "none" else f", offload {args.offload}")
         + ("" if args.recompute == "none" else f", recompute {args.recompute}")
+        + ("" if args.memory == "heuristic" else ", memory optimal")
         + (
             ""
             if dist is None
@@ -299,6 +312,8 @@ def train(args, dev, data, num_classes, dist=None):
                 args, model, tx, ty, before_step, x_train, y_train, epoch, steps, report
             )
             epoch_peak = dev.memory_stats()["allocated_bytes.peak"]
+            # what the optimal planner decided, read while the model is in training mode
+            decided = model.compiled_step(tx, ty).optimal if args.memory == "optimal" else None
             # Every rank evaluates (the same parameters: the same accuracy), so that none waits
             # in the next step's exchange, against its timeout, while rank 0 alone evaluates.
             accuracy = evaluate(model, tx, x_test, y_test)
@@ -315,6 +330,8 @@ def train(args, dev, data, num_classes, dist=None):
                     else f"  sent {format_bytes((dist.wire_bytes - sent) // steps)}/step"
                 )
             )
+            if decided is not None and epoch == epochs_done:
+                print(optimal_summary(decided))
             if saver is not None:
                 saver.save(model, optimizer, dev, epochs_done=epoch + 1)
                 print(f"  states written to {args.save_states}")

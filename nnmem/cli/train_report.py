@@ -183,3 +183,19 @@ def offload_summary(stats):
             f"{format_bytes(stats['cache.bytes_to_host'])} out/step"
         )
     return ""
+
+
+def optimal_summary(optimal):
+    """One line: what the optimal plan (graph/optimal.py's OptimalPlan) decided and proved."""
+    counts = {"keep": 0, "recompute": 0, "offload": 0}
+    for row in optimal.rows:
+        counts[row["decision"].split(" ")[0]] += 1  # "offload (on demand)" is an offload
+    return (
+        f"optimal plan: {counts['recompute']} tensors recomputed, {counts['offload']} offloaded, "
+        f"{counts['keep']} kept; pool {format_bytes(optimal.pool_bytes)} of the budget "
+        f"{format_bytes(optimal.budget)}; predicted {optimal.predicted_seconds * 1e3:.1f} ms/step "
+        f"(the program's bound {optimal.lower_bound_seconds * 1e3:.1f} ms, gap {optimal.gap:.2%}, "
+        f"{optimal.status}, solved in {optimal.solve_seconds:.2f} s; costs {optimal.cost_source}"
+        + ("" if optimal.source == "solver" else f"; the plan of {optimal.source}, faster")
+        + ")"
+    )

@@ -41,7 +41,9 @@ class PlanningDevice(Device):
     kernels = STAND_INS
     runs_kernels = False
 
-    def __init__(self, pool_bytes, policy="best_fit", name="planning", plans_for="cpu"):
+    def __init__(
+        self, pool_bytes, policy="best_fit", name="planning", plans_for="cpu", link_gbps=None
+    ):
         if plans_for not in ("cpu", "cuda"):
             raise ValueError(
                 f"plans_for={plans_for!r}: a planning device plans for 'cpu' or 'cuda'"
@@ -49,6 +51,9 @@ class PlanningDevice(Device):
         super().__init__(pool_bytes, policy, name)
         self.compute_stream = self.copy_stream = InlineStream()
         self._plans_for = plans_for
+        # the copy link the optimal planner's cost model assumes (graph/costs.py; None: its
+        # default), as a CPU device's link_gbps throttles its copies
+        self.link_gbps = link_gbps
 
     @property
     def plans_for(self):

@@ -27,17 +27,21 @@ import contextlib
 class Switches:
     """Device's switches (the attributes are made by Device.__init__)."""
 
-    @contextlib.contextmanager
     def _switched(self, name, value):
         """Set attribute `name` to `value` for the block, holding the lock: another thread's
         step waits, and never runs under the setting; the old value is back afterwards."""
+        return self._switched_on(self, name, value)
+
+    @contextlib.contextmanager
+    def _switched_on(self, owner, name, value):
+        """_switched, for an attribute of `owner` (the device, or its pool)."""
         with self.lock:
-            previous = getattr(self, name)
-            setattr(self, name, value)
+            previous = getattr(owner, name)
+            setattr(owner, name, value)
             try:
                 yield value
             finally:
-                setattr(self, name, previous)
+                setattr(owner, name, previous)
 
     def recycling(self, recycle):
         """A context manager: ``recycle`` on or off for the block."""
@@ -58,6 +62,13 @@ class Switches:
         the block (None: as free memory allows). offload="dyn" records a step again with a
         lower limit when its plan does not fit the budget (Model)."""
         return self._switched("workspace_limit", limit)
+
+    def without_budget(self):
+        """A context manager: the pool's budget lifted for the block. memory="optimal" records
+        its step so, that the convolutions size their workspaces from the pool, not from what
+        the budget leaves: the recording (and so its numbers) is then the same at every
+        budget, and the plan, not the free memory, is held to the budget."""
+        return self._switched_on(self.pool, "budget", None)
 
     def sampling_memory(self):
         """A context manager yielding a new list, to which every kernel run in the block

@@ -24,6 +24,7 @@ from nnmem.graph import draw, report
 from nnmem.graph.concurrency import Concurrency
 from nnmem.graph.engine import TransferEngine
 from nnmem.graph.liveness import END, block_kinds
+from nnmem.graph.optimal import OptimalPlanner
 from nnmem.graph.plan import PlanTooLarge, choose_offload, make_plan, pool_bytes_needed
 from nnmem.memory.errors import OutOfMemory
 from nnmem.tensor import Tensor
@@ -77,7 +78,11 @@ class CompiledStep:
         self.synchronous_offload = not options.async_offload
         self.replays = 0  # since the last placement: the first one runs call by call
         self._placing = False
+        self.optimal = None  # memory="optimal": what the planner decided and proved
         sequential, recompute, offload = options.sequential, options.recompute, options.offload
+        if options.memory == "optimal":
+            self.plan_optimal(sequential, device.pool.budget)
+            return
         if offload == "dyn":
             # the device's budget now, not the options': another model's later compile on the
             # device may have changed it
@@ -89,9 +94,15 @@ class CompiledStep:
         self.replan(sequential, recompute, offload)
 
     # -- compiling ------------------------------------------------------------------------
-    def _plan(self, sequential, recompute, offload):
+    def _plan(self, sequential, recompute, offload, decisions=None):
         return make_plan(
-            self.recorded, self.recorded_kinds, self.device, sequential, recompute, offload
+            self.recorded,
+            self.recorded_kinds,
+            self.device,
+            sequential,
+            recompute,
+            offload,
+            decisions,
         )
 
     def choose_offload(self, sequential, recompute, budget):
@@ -102,13 +113,39 @@ class CompiledStep:
             self.recorded, self.recorded_kinds, self.device, sequential, recompute, budget, joined
         )
 
+    def plan_optimal(self, sequential, budget, time_limit=None):
+        """Plan the step with memory="optimal": the fastest plan whose pool fits `budget`
+        bytes (optimal.py), placed as replan places one; ``self.optimal`` says what was
+        decided and proved. All or nothing, as replan."""
+        joined = self in self.device.graph_arena
+        planner = OptimalPlanner(
+            self.recorded, self.recorded_kinds, self.device, sequential, joined
+        )
+        limit = {} if time_limit is None else {"time_limit": time_limit}
+        planned, report = planner.plan(budget, **limit)
+        self._place(planned)
+        self.optimal = report
+
     def replan(self, sequential, recompute_policy=None, offload=None):
         """Plan the step again and place the new plan: serial (sequential=True) or BFS order,
         a recomputation policy ("none", "speed", "memory", "cost-aware") and an offload policy
-        ("none", "conv", "all"; see offload.py); None keeps the current one.
+        ("none", "conv", "all"; see offload.py); None keeps the current one (an optimal plan
+        keeps its decisions when both are None).
         All or nothing: if the new layout does not fit the pool, the step keeps its old one."""
+        decisions = None
+        if recompute_policy is None and offload is None and self.plan is not None:
+            decisions = self.plan.decisions  # an optimal plan's, or None
         recompute = self.recompute_policy if recompute_policy is None else recompute_policy
-        planned = self._plan(sequential, recompute, self.offload if offload is None else offload)
+        offload = self.offload if offload is None else offload
+        if decisions is None and "optimal" in (recompute, offload):
+            # a policy asked of a step planned optimally: the other one is "none"
+            recompute, offload = (p if p != "optimal" else "none" for p in (recompute, offload))
+        self._place(self._plan(sequential, recompute, offload, decisions))
+        if decisions is None:
+            self.optimal = None
+
+    def _place(self, planned):
+        """Place `planned` in the arenas (see replan: all or nothing)."""
         previous = self.plan, self.persistent_bytes, self.engine  # if the new one does not fit
         arena = self.device.graph_arena
         self.leave_arenas()
@@ -279,6 +316,20 @@ class CompiledStep:
         """{"layer:op pass": algorithm} for every convolution pass that chose its algorithm by
         timing: what its first run chose, fixed for the replays (report.conv_algorithms)."""
         return report.conv_algorithms(self.plan)
+
+    def memory_decisions(self):
+        """Per tensor that backward reads (and per weight gradient the commit reads), what the
+        optimal planner decided: a list of {"tensor", "bytes", "decision" ("keep",
+        "recompute", "offload", "offload (on demand)": prefetched at the start of the layer
+        that reads it, not one layer ahead), "off_device" (the replay positions of the liveness plan
+        where it is then not on the device: what it frees), "seconds" (what it costs: the
+        rebuild, or its two copies, before overlap)}. Only for memory="optimal"."""
+        if self.optimal is None:
+            raise ValueError(
+                f"{self.label} was planned by the heuristics: compile with memory='optimal' "
+                "and a budget to see the decisions per tensor"
+            )
+        return [dict(row) for row in self.optimal.rows]
 
     def memory_summary(self):
         """The layout's figures (report.memory_summary)."""

@@ -26,6 +26,8 @@ off. In-place pairs that would write over an offloaded tensor in forward are dro
 no kernel has to wait for a copy-out to finish before it can write.
 """
 
+import bisect
+
 from nnmem.graph.liveness import INTERMEDIATE
 from nnmem.graph.recorder import ArraySpec, Node
 from nnmem.graph.rewrite import renumbered, shadow, through
@@ -87,24 +89,69 @@ def offload_candidates(nodes, kinds, policy):
     return sorted(chosen, key=forward_written.get)
 
 
-def add_offload(nodes, kinds, policy, host_memory):
+def gradient_candidates(nodes, kinds):
+    """Ids of the blocks backward makes and only the commit phase reads (the weight gradients
+    the two-phase step holds until the commit), in backward order of their last writers, but
+    not those the last backward layer makes: they are prefetched at its start (add_offload),
+    before it would have made them."""
+    last_layer = [layer_of(n) for n in nodes if n.phase in BACKWARD][-1:]
+    written, read_early, read_late = {}, set(), set()
+    for node in nodes:
+        for spec in node.reads:
+            (read_late if node.phase == "update" else read_early).add(id(spec.block))
+        if node.phase == "backward" and [layer_of(node)] != last_layer:
+            for spec in node.writes:
+                written[id(spec.block)] = node.index
+        else:
+            for spec in node.writes:
+                written.pop(id(spec.block), None)
+    chosen = [
+        key
+        for key in written
+        if kinds.get(key) == INTERMEDIATE and key in read_late and key not in read_early
+    ]
+    return sorted(chosen, key=written.get)
+
+
+def add_offload(nodes, kinds, policy, host_memory, chosen=None, on_demand=frozenset()):
     """(new nodes, number of offloaded tensors): `nodes` with a copy-out and a prefetch for
-    every tensor `policy` offloads ("none" returns the nodes as they are)."""
-    if policy == "none":
-        return nodes, 0
-    chosen = offload_candidates(nodes, kinds, policy)
+    every tensor `policy` offloads ("none" returns the nodes as they are).
+
+    `chosen`: instead of a policy, the ids of the blocks to offload, as the optimal planner
+    decides them (graph/optimal.py): activations (offload_candidates(..., "all")) are
+    prefetched one backward layer ahead of their first reader's, or those in `on_demand` at
+    the start of that layer (prefetch_ahead), and weight
+    gradients (gradient_candidates) are copied out after backward made them and prefetched at
+    the start of the last backward layer, so that every copy is done before the commit phase
+    begins (a failed copy changes no parameter)."""
+    if chosen is None:
+        if policy == "none":
+            return nodes, 0
+        chosen = offload_candidates(nodes, kinds, policy)
+        schedule = prefetch_schedule
+    else:
+        chosen = list(chosen)
+
+        def schedule(nodes, keys, first_use):
+            return prefetch_ahead(nodes, keys, first_use, on_demand)
+
     if not chosen:
         return nodes, 0
     blocks = {id(s.block): s.block for n in nodes for s in n.reads + n.writes}
     last_writer, first_use = {}, {}
     for node in nodes:
-        if node.phase == "forward":
+        if node.phase in ("forward", "backward"):
             for spec in node.writes:
                 last_writer[id(spec.block)] = node.index
-        elif node.phase in BACKWARD:
+        if node.phase in BACKWARD:
             for spec in node.reads:
                 first_use.setdefault(id(spec.block), node.index)
-    prefetch_at = prefetch_schedule(nodes, chosen, first_use)
+    gradients = {key for key in chosen if key not in first_use}  # read in the commit only
+    activations = [key for key in chosen if key not in gradients]
+    prefetch_at = schedule(nodes, activations, first_use) if activations else {}
+    if gradients:
+        last_start = backward_layers(nodes)[-1]
+        prefetch_at.setdefault(last_start, []).extend(k for k in chosen if k in gradients)
 
     host = {
         key: host_memory.new_block(blocks[key].nbytes, f"{blocks[key].desc} (on host)")
@@ -114,7 +161,9 @@ def add_offload(nodes, kinds, policy, host_memory):
     copy_out_after, release_after = {}, {}
     for key in chosen:
         copy_out_after.setdefault(last_writer[key], []).append(key)
-    for key, index in _release_points(nodes, chosen).items():
+    releases = _release_points(nodes, activations, ("forward",))
+    releases.update(_release_points(nodes, gradients, ("backward",)))
+    for key, index in releases.items():
         release_after.setdefault(index, []).append(key)
     offloaded = set(chosen)
 
@@ -133,21 +182,26 @@ def add_offload(nodes, kinds, policy, host_memory):
         new_index[node.index] = len(out)
         out.append(renumbered(node, len(out), reads=reads, inplace=inplace, after=after))
         for key in copy_out_after.get(node.index, ()):
-            out.append(_transfer_node(len(out), "out", blocks[key], host[key], blocks[key], out))
+            out.append(
+                _transfer_node(
+                    len(out), "out", blocks[key], host[key], blocks[key], out, node.phase
+                )
+            )
         for key in release_after.get(node.index, ()):
-            out.append(_release_node(len(out), blocks[key]))
+            out.append(_release_node(len(out), blocks[key], node.phase))
     return out, len(chosen)
 
 
-def _release_points(nodes, chosen):
-    """{block id: index of the forward node after which its device bytes may be reused}: the
-    end of the forward layer after the one that last uses it. A copy-out needs time: the
-    layer's compute hides it, where reusing the bytes at once would make the next kernel that
-    writes them wait for the copy (vDNNExt frees a block when its copy-out event fires; a
-    static plan must say in advance where that will be)."""
+def _release_points(nodes, chosen, phases):
+    """{block id: index of the node after which its device bytes may be reused}: the end of
+    the layer (of `phases`: forward for activations, backward for gradients) after the one
+    that last uses it there. A copy-out needs time: the layer's compute hides it, where
+    reusing the bytes at once would make the next kernel that writes them wait for the copy
+    (vDNNExt frees a block when its copy-out event fires; a static plan must say in advance
+    where that will be)."""
     last_use, run_of, run_ends = {}, {}, []
     for node in nodes:
-        if node.phase != "forward":
+        if node.phase not in phases:
             continue
         if not run_ends or layer_of(node) != layer_of(nodes[run_ends[-1]]):
             run_ends.append(node.index)
@@ -158,7 +212,7 @@ def _release_points(nodes, chosen):
     return {key: run_ends[min(run_of[last_use[key]] + 1, len(run_ends) - 1)] for key in chosen}
 
 
-def _release_node(index, block):
+def _release_node(index, block, phase):
     """A node that does nothing but read `block`: the plan keeps the block's bytes until it
     (the replay runs no call for it)."""
     return Node(
@@ -168,17 +222,18 @@ def _release_node(index, block):
         (),
         (ArraySpec(block, (block.nbytes,), "uint8"),),
         (),
-        "forward",
+        phase,
         None,
         (index - 1,),
         MARKER,
     )
 
 
-def _transfer_node(index, direction, src, dst, block, emitted):
+def _transfer_node(index, direction, src, dst, block, emitted, phase="backward"):
     """A copy-stream node copying `src` to `dst` (whole blocks, as bytes), placed after the
-    last node emitted so far (a control edge: BFS must not move a prefetch earlier)."""
-    phase = "forward" if direction == "out" else "backward"
+    last node emitted so far (a control edge: BFS must not move a prefetch earlier); a
+    copy-out is in the phase of the node that made its block."""
+    phase = phase if direction == "out" else "backward"
     verb = "offload" if direction == "out" else "prefetch"
     return Node(
         index,
@@ -192,6 +247,51 @@ def _transfer_node(index, direction, src, dst, block, emitted):
         (index - 1,) if emitted else (),
         "copy",
     )
+
+
+def layer_starts(nodes, phases):
+    """The index of the first node of each layer of `phases`: maximal runs of consecutive
+    nodes of those phases with one layer name (nodes of other phases are skipped, not
+    breaks)."""
+    starts = []
+    for node in nodes:
+        if node.phase in phases and (not starts or layer_of(node) != layer_of(nodes[starts[-1]])):
+            starts.append(node.index)
+    return starts
+
+
+def backward_layers(nodes):
+    """The index of the first node of each backward layer: a run of backward nodes of one
+    layer name, with the recomputations that run just before them (a rewrite inserts those
+    to rebuild what the layer reads: they must not move the layers a plan was decided on)."""
+    starts, waiting, current = [], None, None
+    for node in nodes:
+        if node.phase == "recompute":
+            waiting = node.index if waiting is None else waiting
+        elif node.phase == "backward":
+            if layer_of(node) != current:
+                starts.append(node.index if waiting is None else waiting)
+                current = layer_of(node)
+            waiting = None
+    return starts
+
+
+def prefetch_ahead(nodes, chosen, first_use, on_demand=frozenset()):
+    """{node index: [offloaded block ids to prefetch just before that node]}: each tensor at
+    the start of the backward layer before the one that first reads it (at the start of the
+    first backward layer if that one reads it), so that its copy overlaps one layer of
+    compute; those in `on_demand` at the start of the layer that reads them (less time on the
+    device, less compute to hide the copy). The optimal planner's rule (graph/optimal.py):
+    unlike vDNN's window (prefetch_schedule) it does not depend on which other tensors are
+    offloaded, so a tensor's time on the device is known before the choice is made. Layers:
+    backward_layers."""
+    starts = backward_layers(nodes)
+    schedule = {}
+    for key in sorted(chosen, key=lambda k: first_use[k]):
+        layer = bisect.bisect_right(starts, first_use[key]) - 1
+        lead = 0 if key in on_demand else 1
+        schedule.setdefault(starts[max(layer - lead, 0)], []).append(key)
+    return schedule
 
 
 def prefetch_schedule(nodes, chosen, first_use):

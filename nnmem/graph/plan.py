@@ -13,6 +13,10 @@
 The executor (executor.py) places a Plan in the device's arenas and replays it; report.py
 reads it for the learner. vDNN's dynamic offload policy ("dyn") is chosen here too, by
 planning each policy and keeping the first that fits the pool's budget.
+
+A plan is made either from policies (the papers' rules: memory="heuristic") or from
+Decisions, tensor by tensor, as the optimal planner chose them (optimal.py): the same
+rewrites, the same order, slots and layout; only who decides differs.
 """
 
 from dataclasses import dataclass, replace
@@ -25,6 +29,20 @@ from nnmem.memory.layout import layout
 from nnmem.memory.units import aligned_size, format_bytes
 
 
+@dataclass(frozen=True)
+class Decisions:
+    """Per tensor, what the optimal planner decided (optimal.py): the ids of the recorded
+    blocks to drop after forward and rebuild once in backward, and of those to copy out to
+    host memory and prefetch back (activations and weight gradients; see
+    offload.add_offload); `on_demand`: those of them prefetched at the start of the layer
+    that reads them rather than one layer ahead. Every other tensor is kept, and so is every
+    convolution pass's workspace, as the step was recorded with it."""
+
+    recompute: frozenset = frozenset()
+    offload: tuple = ()
+    on_demand: frozenset = frozenset()  # offloaded, prefetched at their reader's layer
+
+
 @dataclass(frozen=True, eq=False)
 class Plan:
     """A compiled step's static memory plan. A position is an index into `order`.
@@ -34,8 +52,11 @@ class Plan:
       baseline: every intermediate block kept from its first use to the end of the step, none
       sharing bytes (liveness.slots). A replay under the other setting replans (executor.py);
     - recompute_policy: the recompute policy asked for ("none", "speed", "memory",
-      "cost-aware"; "cost-aware" keeps its name where it dropped every recomputation);
-    - offload: the offload policy applied ("none", "conv", "all"; "dyn" is resolved before);
+      "cost-aware"; "cost-aware" keeps its name where it dropped every recomputation), or
+      "optimal" for a plan made from Decisions;
+    - offload: the offload policy applied ("none", "conv", "all"; "dyn" is resolved before),
+      or "optimal";
+    - decisions: the Decisions the plan was made from, or None (made from the policies);
     - recomputations: how many operations recomputation added;
     - offloaded: how many tensors offloading copies out to host memory;
     - nodes: the recorded nodes with the passes' nodes added;
@@ -54,6 +75,7 @@ class Plan:
     recycle: bool
     recompute_policy: str
     offload: str
+    decisions: object
     recomputations: int
     offloaded: int
     nodes: list
@@ -77,15 +99,18 @@ class PlanTooLarge(MemoryError):
         )
 
 
-def make_plan(recorded, recorded_kinds, device, sequential, recompute, offload):
+def make_plan(recorded, recorded_kinds, device, sequential, recompute, offload, decisions=None):
     """The Plan of the step recorded as `recorded` (nodes) with `recorded_kinds` (their
     blocks' kinds when it was recorded), on `device`, in serial or BFS order, with a
-    recompute and an offload policy.
+    recompute and an offload policy, or with `decisions` (Decisions: the policies are then
+    not used).
 
     "cost-aware" recomputation is kept only where it lowers the peak: it frees a tensor by
     keeping what rebuilds it, and where the peak sits elsewhere (in the commit phase, or on
     tensors offloading already moved) that trade only adds bytes and work; the plan then has
     no recomputation. "speed" and "memory" are applied as asked."""
+    if decisions is not None:
+        return plan_as_asked(recorded, recorded_kinds, device, sequential, "", "", decisions)
     planned = plan_as_asked(recorded, recorded_kinds, device, sequential, recompute, offload)
     if recompute == "cost-aware" and planned.recomputations:
         without = plan_as_asked(recorded, recorded_kinds, device, sequential, "none", offload)
@@ -94,14 +119,27 @@ def make_plan(recorded, recorded_kinds, device, sequential, recompute, offload):
     return planned
 
 
-def plan_as_asked(recorded, recorded_kinds, device, sequential, recompute, offload):
+def plan_as_asked(recorded, recorded_kinds, device, sequential, recompute, offload, decisions=None):
     """make_plan's arguments, its Plan before the cost-aware rule: every policy as asked."""
 
     def round_up(n):
         return aligned_size(n, device.pool.alignment)
 
-    nodes, recomputations = add_recomputation(recorded, recorded_kinds, recompute, round_up)
-    nodes, offloaded = add_offload(nodes, block_kinds(nodes)[0], offload, device.host)
+    rebuilt = moved = None
+    if decisions is not None:
+        rebuilt, moved = decisions.recompute, decisions.offload
+        recompute = offload = "optimal"
+    nodes, recomputations = add_recomputation(
+        recorded, recorded_kinds, recompute, round_up, chosen=rebuilt
+    )
+    nodes, offloaded = add_offload(
+        nodes,
+        block_kinds(nodes)[0],
+        offload,
+        device.host,
+        moved,
+        decisions.on_demand if decisions is not None else frozenset(),
+    )
     kinds, _ = block_kinds(nodes)
     order, commit_start = replay_order(nodes, sequential)
     recycle = device.recycle
@@ -114,6 +152,7 @@ def plan_as_asked(recorded, recorded_kinds, device, sequential, recompute, offlo
         recycle=recycle,
         recompute_policy=recompute,
         offload=offload,
+        decisions=decisions,
         recomputations=recomputations,
         offloaded=offloaded,
         nodes=nodes,

@@ -34,21 +34,28 @@ from nnmem.search import largest_fitting
 POLICIES = ("none", "speed", "memory", "cost-aware")
 
 
-def add_recomputation(nodes, kinds, policy, round_up):
-    """(new nodes, number of recomputed operations) for `policy` (see POLICIES)."""
+def add_recomputation(nodes, kinds, policy, round_up, chosen=None):
+    """(new nodes, number of recomputed operations) for `policy` (see POLICIES).
+
+    `chosen`: instead of a policy, the ids of the blocks to drop after forward and rebuild in
+    backward, each rebuilt once and kept until its last backward use (speed-centric), as the
+    optimal planner decides them (graph/optimal.py); each must be one of rebuild_candidates'.
+    Their chains (cheap tensors no backward node reads) are rebuilt with them and dropped."""
+    if chosen is not None:
+        producer, rebuildable_ids = _producers_and_candidates(nodes, kinds)
+        unknown = set(chosen) - rebuildable_ids
+        if unknown:
+            raise ValueError(f"{len(unknown)} chosen block(s) cannot be rebuilt: a bug in nnmem")
+        # what no backward node reads is dead after forward: a chosen tensor's rebuild makes
+        # it again on the way (and drops it after), as memory-centric does
+        read_later = {id(s.block) for n in nodes if n.phase != "forward" for s in n.reads}
+        dropped = set(chosen) | {k for k in rebuildable_ids if k not in read_later}
+        return _rewrite(nodes, producer, lambda b: id(b) in dropped, set(chosen))
     if policy not in POLICIES:
         raise ValueError(f"recompute={policy!r}: choose one of {POLICIES}")
     if policy == "none":
         return nodes, 0
-    forward = [n for n in nodes if n.phase == "forward"]
-    producer, readers = {}, {}
-    for node in forward:
-        for spec in node.reads:
-            readers[id(spec.block)] = readers.get(id(spec.block), 0) + 1
-        for spec in node.writes:
-            producer[id(spec.block)] = node
-
-    rebuildable_ids = _worth_rebuilding(nodes, forward, producer, readers, kinds)
+    producer, rebuildable_ids = _producers_and_candidates(nodes, kinds)
 
     def rebuildable(block):
         return id(block) in rebuildable_ids
@@ -60,6 +67,28 @@ def add_recomputation(nodes, kinds, policy, round_up):
     else:
         keep = _affordable(nodes, kinds, producer, rebuildable, round_up)
     return _rewrite(nodes, producer, rebuildable, keep)
+
+
+def rebuild_candidates(nodes, kinds):
+    """{block id: (the forward node that makes it, the blocks its rebuild reads)} for every
+    block recomputation may drop and rebuild (_worth_rebuilding), in forward order."""
+    producer, candidates = _producers_and_candidates(nodes, kinds)
+    return {
+        key: (producer[key], [s.block for s in _recipe(producer[key])[2]])
+        for key in sorted(candidates, key=lambda k: producer[k].index)
+    }
+
+
+def _producers_and_candidates(nodes, kinds):
+    """({block id: its forward producer}, the ids of the blocks worth rebuilding)."""
+    forward = [n for n in nodes if n.phase == "forward"]
+    producer, readers = {}, {}
+    for node in forward:
+        for spec in node.reads:
+            readers[id(spec.block)] = readers.get(id(spec.block), 0) + 1
+        for spec in node.writes:
+            producer[id(spec.block)] = node
+    return producer, _worth_rebuilding(nodes, forward, producer, readers, kinds)
 
 
 def _rewrite(nodes, producer, rebuildable, keep):
