@@ -16,7 +16,7 @@ Three ways to run the same work:
 - threads: one Python thread per Numba thread, each running a window's worth of the same
   arithmetic in one go, never waiting for another: the scheduler's fair share, the upper bound.
 
-It explains issue 11's busy floor (bench/README.md, "A busy machine"): a thread woken on the
+It explains the busy floor (bench/README.md, "A busy machine"): a thread woken on the
 core that the busy process holds starts after that process's time slice, when a short region
 is over, and a region cut one piece per thread waits for it. The last line is the JSON.
 """

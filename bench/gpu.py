@@ -1,4 +1,4 @@
-"""GPU training: nnmem graph mode versus PyTorch on the same GPU, one run (issue 8).
+"""GPU training: nnmem graph mode versus PyTorch on the same GPU, one run.
 
     python bench/gpu.py [--steps 50] [--warmup 5] [--models cnn resnet20] [--json out.json]
 
@@ -11,7 +11,7 @@ torch.cuda.synchronize()). Peak memory is counted over the timed steps: the pool
 allocated_bytes.peak for nnmem, torch.cuda.max_memory_allocated() for PyTorch, each reset
 after warm-up.
 
-The floors of issue 8, printed as PASS/FAIL lines (exit status 1 when one fails): nnmem's
+The floors, printed as PASS/FAIL lines (exit status 1 when one fails): nnmem's
 images/second at least 0.5x PyTorch's, and nnmem's graph-mode peak at most PyTorch's.
 It refuses to run (exit status 2, one line on stderr) on Numba's CUDA simulator, without a
 GPU, or without PyTorch with CUDA.
@@ -37,7 +37,7 @@ CASES = {name: TRAIN_CASES[name] for name in ("cnn", "resnet20")}
 #: nnmem's pool on the GPU. Not the default (most of the free memory), which would leave
 #: PyTorch, in the same process, little more than its CUDA context. NNMEM_POOL_BYTES overrides.
 POOL_BYTES = "4GiB"
-#: The floors of issue 8.
+#: The floors.
 MIN_THROUGHPUT_RATIO = 0.5
 
 # Numba warns at every small launch ("Grid size 8 will likely result in GPU under-utilization

@@ -1,4 +1,4 @@
-"""Offloading (issue 9): budgets, the synchronous and asynchronous engines over a throttled copy
+"""Offloading: budgets, the synchronous and asynchronous engines over a throttled copy
 link, and the LRU tensor cache.
 
     python bench/offload.py [--steps 8] [--speeds 8 2 1 0.5] [--skip budget link cache]
@@ -7,9 +7,10 @@ link, and the LRU tensor cache.
 1. budget: ResNet-20 (batch 32, 3x32x32) under half its no-offload peak and VGG-16 (a quarter
    of its channels, batch 32, 3x64x64) under three quarters of it, in graph mode
    (offload="dyn") and eagerly (the tensor cache, offload="all"): the pool's peak, and
-   whether the losses equal those without offloading (graph: the same step with the
-   workspaces dyn chose; eager: "auto" sizes workspaces to the free memory, which the budget
-   changes, so the largest relative difference is shown);
+   whether the losses equal those without offloading (graph: bit for bit, since no workspace
+   cap takes a convolution pass below one sample group; eager: "auto" sizes workspaces to the
+   free memory, and a pass the budget leaves too little for one group runs direct, with other
+   last bits, so the largest relative difference is shown);
 2. link: ResNet-20, offload="all", graph mode, on the CPU with the copy link throttled to each
    --speeds GB/s: step time without offloading, with vDNN's synchronous engine and with
    vDNNExt's asynchronous one (median of --steps steps after two warm-up steps), their

@@ -29,7 +29,7 @@ scheduling, and ratios of two such extremes moved by 0.7-1.2 between runs of the
 Both are printed; the target is nnmem's kept fraction (the median) over PyTorch's in its
 better mode for that case (the larger of its two median busy speeds) >= 0.9.
 
-Images/second for each runner, the ratios, and the targets of issue 11 (PASS/FAIL lines);
+Images/second for each runner, the ratios, and the floors (PASS/FAIL lines);
 the last line is the JSON.
 """
 
@@ -235,7 +235,7 @@ def kept_fraction(quiet, busy):
 
 
 def report(case_name, speeds, busy):
-    """Ratios and PASS/FAIL lines of issue 11 for one case; returns (figures, failures)."""
+    """Ratios and PASS/FAIL lines for one case; returns (figures, failures)."""
     r = best_windows(speeds)
     out, failed = dict(r), []
     targets = {"cnn": (1.0, 0.8), "resnet20": (0.8, None)}.get(case_name, (None, None))

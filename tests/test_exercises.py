@@ -70,6 +70,12 @@ EXERCISES = {
         "nnmem.graph.offload:prefetch_schedule",
         "tests/exercises/test_prefetch.py",
     ),
+    "exercise_memory_rows": Exercise(
+        "08_memory_rows.md",
+        "nnmem/graph/milp.py:memory_rows",
+        "nnmem.graph.milp:memory_rows",
+        "tests/exercises/test_memory_rows.py",
+    ),
 }
 ON_THE_CPU = [marker for marker, e in EXERCISES.items() if not e.simulator]
 HAS_CUDA = importlib.util.find_spec("numba.cuda") is not None
