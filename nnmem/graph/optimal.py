@@ -3,7 +3,7 @@ budget (memory="optimal").
 
 The heuristics apply one technique after another, each by its paper's fixed rule, so they do
 not add up. This pass asks the question a user who runs out of memory asks, *what is the
-fastest way to train this step in B bytes?*, and answers it with a proof of how close it is:
+fastest way to train this step in B bytes?*, and answers it with a bound on how close it is:
 
 1. the cost model (costs.py): the time of every recorded node, and of a copy per byte;
 2. the problem (milp.py's model; its choices: choices.py), built on the liveness plan of
@@ -12,22 +12,26 @@ fastest way to train this step in B bytes?*, and answers it with a proof of how 
    - per tensor that backward reads, its choices: recompute it (rebuilt once before its first
      backward reader, from tensors that are there: recompute.rebuild_candidates), or offload
      it (copied out after its producer, released a layer later, prefetched one backward layer
-     ahead of its first reader: offload.prefetch_ahead); and per weight gradient that only
-     the commit reads, offload it until the last backward layer (every copy is done before
-     the commit: a failed step still changes nothing);
+     ahead of its first reader or at the start of that reader's layer:
+     offload.prefetch_ahead); and per weight gradient that only the commit reads, offload it
+     until the last backward layer (every copy is done before the commit: a failed step
+     still changes nothing);
    - what each choice frees (the positions the tensor is then off the device) and costs (the
      producer's time again, or the copies, which stall only what the layer they overlap
      cannot hide);
-3. HiGHS solves it within a time limit (milp.py) and proves a lower bound on the added time;
+3. HiGHS solves it within a time limit (milp.py) and proves a bound on its objective;
 4. the decisions go to the rewrites that exist already (recompute.py, offload.py) and the
    layout (plan.make_plan with Decisions). The model counts live bytes; the layout may need a
-   little more (fragmentation, a rebuilt node's second output), so the placed plan's pool
-   bytes are checked against the budget, and when they overshoot the problem is solved again
-   with the cap set below that solution's live peak by the overshoot (at most ROUNDS
-   times).
+   little more (fragmentation), so the placed plan's pool bytes are checked against the
+   budget, and when they overshoot the problem is solved again with the cap set below that
+   solution's live peak by the overshoot (at most ROUNDS times);
+5. the plan is played on the compute and copy clocks (costs.plan_seconds) beside the
+   heuristics' plans that fit and the plans found for other budgets that fit: the fastest is
+   returned (OptimalPlan.source names it). The program's bound is in its own model of the
+   copies (hidden only by the layer they overlap), so a played time may fall below it.
 
 A budget no plan fits raises NoPlanFits, naming the smallest budget the optimal plan reaches
-and the solver's proof that no plan of this step needs less than its lower bound.
+and the program's bound on the live bytes of any choice.
 Recomputation and offloading copy values and change no kernel, so the losses of an optimal
 plan are those of the step with no technique, bit for bit, at every budget.
 """
