@@ -116,14 +116,8 @@ def plan(
     # No device yet: the planning device made below has no limit to check the budget against.
     budget = StepOptions(True, sequential, recompute, offload, budget).check(None, "plan").budget
     dev = device.create_planning_device(link_gbps=link_gbps)
-    tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
-    step_args = _step_args(model, step_args)
     progress("recording")
-    model.compile([tx], is_train=True, use_graph=True, sequential=sequential)
-    tx.set_value(0)  # written, so that reading them is allowed (a planning device only allocates)
-    ty.set_value(0)
-    model(tx, ty, *step_args)  # records and compiles (liveness), runs nothing
-    step = model.compiled_step(tx, ty, *step_args)
+    step = _recorded_step(model, input_shape, dev, sequential, optimizer, dtype, step_args)
     techniques = []
     variants = [
         ("baseline", False, "none", "none"),
@@ -147,7 +141,11 @@ def plan(
         step.plan_optimal(sequential, budget)
         techniques.append(_summarise("optimal", step, tensors))
     return StepPlan(
-        type(model).__name__, tx.shape, step.persistent_bytes, len(step.recorded), techniques
+        type(model).__name__,
+        step.inputs[0].shape,
+        step.persistent_bytes,
+        len(step.recorded),
+        techniques,
     )
 
 
@@ -217,12 +215,7 @@ def frontier(
     progress = progress or _no_progress
     _check_new(model)
     dev = device_ or device.create_planning_device(link_gbps=link_gbps)
-    tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
-    model.compile([tx], is_train=True, use_graph=True, sequential=sequential)
-    tx.set_value(0)
-    ty.set_value(0)
-    model(tx, ty, *_step_args(model, step_args))
-    step = model.compiled_step(tx, ty, *_step_args(model, step_args))
+    step = _recorded_step(model, input_shape, dev, sequential, optimizer, dtype, step_args)
     planner = OptimalPlanner(step.recorded, step.recorded_kinds, dev, sequential, joined=True)
     _, smallest, proven = planner.smallest(time_limit)
     heuristics = [
@@ -258,7 +251,7 @@ def frontier(
     found.reverse()  # the largest budget first
     return Frontier(
         type(model).__name__,
-        tx.shape,
+        step.inputs[0].shape,
         planner.outside,
         planner.costs.step_seconds,
         planner.costs.source,
@@ -312,6 +305,19 @@ def smallest_pool(
     model.eval()
     model(tx)
     return dev.memory_stats()["high_water_bytes"]
+
+
+def _recorded_step(model, input_shape, dev, sequential, optimizer, dtype, step_args):
+    """The CompiledStep of `model` (compiled here, in graph mode) training on a batch of
+    `input_shape` on `dev`: recorded and planned with liveness (on a planning device nothing
+    runs; on a CPU device the step runs once)."""
+    tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
+    step_args = _step_args(model, step_args)
+    model.compile([tx], is_train=True, use_graph=True, sequential=sequential)
+    tx.set_value(0)  # written, so that reading them is allowed (a planning device only allocates)
+    ty.set_value(0)
+    model(tx, ty, *step_args)
+    return model.compiled_step(tx, ty, *step_args)
 
 
 def _no_progress(stage):

@@ -22,7 +22,7 @@ offloaded and fetched in another layer than the rebuild runs in (it would be nee
 import numpy as np
 
 from nnmem.graph import milp
-from nnmem.graph.liveness import INTERMEDIATE
+from nnmem.graph.liveness import INTERMEDIATE, live_bytes
 from nnmem.graph.offload import (
     BACKWARD,
     _release_points,
@@ -45,11 +45,7 @@ def problem_of(planner, recorded, kinds):
     (an optimal.OptimalPlanner: its liveness plan, costs and device): see the docstring."""
     plan, costs, device = planner.liveness, planner.costs, planner.device
     position = {node_index: p for p, node_index in enumerate(plan.order)}
-    base = np.zeros(len(plan.order) + 1)
-    for slot in plan.slots:
-        base[slot.first] += slot.nbytes
-        base[slot.last + 1] -= slot.nbytes
-    base = np.cumsum(base)[:-1]
+    base = np.array(live_bytes(plan.slots, len(plan.order)), dtype=float)
 
     def round_up(n):
         return aligned_size(n, device.pool.alignment)
@@ -117,7 +113,7 @@ def problem_of(planner, recorded, kinds):
     index_of = {key: i for i, key in enumerate(tensors)}
     choices, recompute_choice, offload_choice = [], {}, {}
     sources = {}  # recomputed tensor -> the tensors its rebuild needs on the device
-    last_start = backward_layers(recorded)[-1] if backward_layers(recorded) else None
+    last_start = (backward_layers(recorded) or [None])[-1]
     released = _release_points(recorded, activations, ("forward",))
     released.update(_release_points(recorded, gradients, ("backward",)))
     ahead, demand = {}, {}

@@ -148,3 +148,18 @@ def slots(nodes, order, kinds, round_up, inplace=True, recycle=True):
             slot.ranges = [(slot.first, slot.last)]
     assert len(slot_of) == sum(1 for k in blocks if kinds[k] == INTERMEDIATE)
     return result
+
+
+def live_bytes(step_slots, positions):
+    """The bytes of `step_slots` live at each of `positions` positions: a sweep over +nbytes at
+    each slot's first position and -nbytes after its last (a slot's bytes count over its
+    whole range, in-place chains included)."""
+    delta = [0] * (positions + 1)
+    for slot in step_slots:
+        delta[slot.first] += slot.nbytes
+        delta[slot.last + 1] -= slot.nbytes
+    live, running = [], 0
+    for position in range(positions):
+        running += delta[position]
+        live.append(running)
+    return live

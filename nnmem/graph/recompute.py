@@ -26,7 +26,7 @@ copy of its producer, and the backward nodes read the shadow instead of the orig
 copies compute exactly what the originals did, so recomputation changes no number.
 """
 
-from nnmem.graph.liveness import INTERMEDIATE, slots
+from nnmem.graph.liveness import INTERMEDIATE, live_bytes, slots
 from nnmem.graph.recorder import Node
 from nnmem.graph.rewrite import renumbered, shadow, through
 from nnmem.search import largest_fitting
@@ -188,15 +188,7 @@ def _live_bytes(nodes, kinds, round_up):
         for block in node.blocks():
             kinds.setdefault(id(block), INTERMEDIATE)
     order = list(range(len(nodes)))
-    delta = [0] * (len(nodes) + 1)
-    for slot in slots(nodes, order, kinds, round_up, inplace=True):
-        delta[slot.first] += slot.nbytes
-        delta[slot.last + 1] -= slot.nbytes
-    live, running = [], 0
-    for position in order:
-        running += delta[position]
-        live.append(running)
-    return live
+    return live_bytes(slots(nodes, order, kinds, round_up, inplace=True), len(nodes))
 
 
 def _worth_rebuilding(nodes, forward, producer, readers, kinds):

@@ -7,7 +7,7 @@ the arena: CompiledStep.persistent_bytes); none changes it. CompiledStep's metho
 names call them.
 """
 
-from nnmem.graph.liveness import END, INPUT, INTERMEDIATE, PARAMETER
+from nnmem.graph.liveness import END, INPUT, INTERMEDIATE, PARAMETER, live_bytes
 from nnmem.graph.schedule import dependencies
 from nnmem.memory.timeline import Timeline
 
@@ -187,18 +187,15 @@ def planned_timeline(plan, persistent_bytes, persistent_blocks):
     """Bytes and live tensors at each position: persistent + the slots live there; with the
     pool's peak and the step's lower bound."""
     n = len(plan.order)
-    delta_bytes, delta_live = [0] * (n + 1), [0] * (n + 1)
+    bytes_in_use = [persistent_bytes + b for b in live_bytes(plan.slots, n)]
+    delta_live = [0] * (n + 1)
     for s in plan.slots:
-        delta_bytes[s.first] += s.nbytes
-        delta_bytes[s.last + 1] -= s.nbytes
         for first, last in s.ranges:
             delta_live[first] += 1
             delta_live[last + 1] -= 1
-    bytes_in_use, live, b, c = [], [], persistent_bytes, persistent_blocks
+    live, c = [], persistent_blocks
     for position in range(n):
-        b += delta_bytes[position]
         c += delta_live[position]
-        bytes_in_use.append(b)
         live.append(c)
     names = [plan.nodes[i].name for i in plan.order]
     return Timeline(
