@@ -63,6 +63,7 @@ FAMILIES = {
     "embedding": ("embedding_forward", "embedding_backward"),
     "concat": ("concat_copy_in", "concat_copy_out"),
     "lrn": ("lrn_forward", "lrn_backward"),
+    "layernorm": ("layernorm_forward", "layernorm_backward_data", "layernorm_backward_scale"),
     "reduce": ("sum_rows", "bias_grad_nchw"),
     "gemm": ("matmul",),
     "loss": (
@@ -90,7 +91,7 @@ UNARY_CODES = {
         "tanh exp log square sqrt abs leakyrelu reciprocal pow add_scalar "
         "sin cos tan sinh cosh asin acos atan asinh acosh atanh erf "
         "softplus softsign elu selu hardsigmoid clip "
-        "sign ceil floor round rounde gt ge lt le eq".split()
+        "sign ceil floor round rounde gt ge lt le eq gelu gelu_tanh".split()
     )
 }
 

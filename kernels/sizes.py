@@ -7,23 +7,43 @@ kernels read them to check what they are given.
 """
 
 
-def window_output_size(size, k, stride, pad):
-    """Output length of a window of length k, stride and symmetric zero padding:
-    (size+2*pad-k)//stride+1."""
-    if k < 1 or stride < 1 or pad < 0:
+def window_output_size(size, k, stride, pad, pad_end=None, dilation=1, ceil_mode=False):
+    """Output length of a window of k taps `dilation` apart (its extent e = dilation*(k-1)+1),
+    moved by `stride` over an input of `size` with zero padding `pad` before and `pad_end` after
+    (None: `pad`, symmetric): floor((size+pad+pad_end-e)/stride)+1. With ceil_mode, the
+    ceiling instead, less one where that last window would start past the input (ONNX's and
+    PyTorch's rule: every window starts inside the input or the padding before it)."""
+    pad_end = pad if pad_end is None else pad_end
+    if k < 1 or stride < 1 or dilation < 1 or pad < 0 or pad_end < 0:
         raise ValueError(
-            "window: need kernel >= 1, stride >= 1, padding >= 0; "
-            f"got k={k}, stride={stride}, pad={pad}"
+            "window: need kernel >= 1, stride >= 1, dilation >= 1, padding >= 0; "
+            f"got k={k}, stride={stride}, dilation={dilation}, pad={pad}, pad_end={pad_end}"
         )
-    if size + 2 * pad < k:
-        raise ValueError(f"window: kernel {k} is larger than the padded input {size} + 2*{pad}")
-    return (size + 2 * pad - k) // stride + 1
+    extent = dilation * (k - 1) + 1
+    if size + pad + pad_end < extent:
+        raise ValueError(
+            f"window: kernel extent {extent} is larger than the padded input {size} + {pad} "
+            f"+ {pad_end}"
+        )
+    span = size + pad + pad_end - extent
+    if not ceil_mode:
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    return out - 1 if (out - 1) * stride >= size + pad else out
 
 
 # ---------------------------------------------------------------- convolution (kernels conv.py)
-def conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw):
-    """(n, o, oh, ow) with oh = (h+2ph-kh)//sh+1, ow = (w+2pw-kw)//sw+1."""
-    return (n, o, window_output_size(h, kh, sh, ph), window_output_size(w, kw, sw, pw))
+def conv2d_output_shape(
+    n, c, h, w, o, kh, kw, sh, sw, ph, pw, dil_h=1, dil_w=1, ph_end=None, pw_end=None
+):
+    """(n, o, oh, ow) with oh = (h+ph+ph_end-dil_h*(kh-1)-1)//sh+1, ow likewise: padding ph, pw
+    before (top, left) and ph_end, pw_end after (bottom, right; None: symmetric)."""
+    return (
+        n,
+        o,
+        window_output_size(h, kh, sh, ph, ph_end, dil_h),
+        window_output_size(w, kw, sw, pw, pw_end, dil_w),
+    )
 
 
 def conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw):
@@ -100,12 +120,22 @@ def conv3x3_workspace_per_sample(c, o, h, w):
 
 
 # ---------------------------------------------------------------- pooling (pool.py)
-def pool2d_output_shape(n, c, h, w, kh, kw, sh, sw, ph, pw):
-    """(n, c, oh, ow) with oh = (h+2ph-kh)//sh+1, ow = (w+2pw-kw)//sw+1;
-    requires ph < kh, pw < kw."""
-    if ph >= kh or pw >= kw:
+def pool2d_output_shape(
+    n, c, h, w, kh, kw, sh, sw, ph, pw, ph_end=None, pw_end=None, ceil_mode=False
+):
+    """(n, c, oh, ow) with oh = (h+ph+ph_end-kh)//sh+1 (the ceiling with ceil_mode:
+    window_output_size), ow likewise; padding ph, pw before and ph_end, pw_end after (None:
+    symmetric), each smaller than the window, so that every window holds an input element."""
+    ph_end = ph if ph_end is None else ph_end
+    pw_end = pw if pw_end is None else pw_end
+    if max(ph, ph_end) >= kh or max(pw, pw_end) >= kw:
         raise ValueError(
-            "pool2d: padding must be smaller than the window (ph < kh, pw < kw); "
-            f"got ph={ph}, kh={kh}, pw={pw}, kw={kw}"
+            "pool2d: padding must be smaller than the window (ph, ph_end < kh; pw, pw_end < kw); "
+            f"got ph={ph}, ph_end={ph_end}, kh={kh}, pw={pw}, pw_end={pw_end}, kw={kw}"
         )
-    return (n, c, window_output_size(h, kh, sh, ph), window_output_size(w, kw, sw, pw))
+    return (
+        n,
+        c,
+        window_output_size(h, kh, sh, ph, ph_end, ceil_mode=ceil_mode),
+        window_output_size(w, kw, sw, pw, pw_end, ceil_mode=ceil_mode),
+    )

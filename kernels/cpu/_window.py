@@ -1,14 +1,14 @@
 """Index arithmetic shared by the sliding-window kernels (convolution and pooling).
 
-A window kernel maps output position ``i`` and kernel offset ``p`` to the input
-row ``i*stride + p - pad``. Rather than testing every position against the
-padding, the kernels ask once per offset which output positions land inside
+A window kernel maps output position ``i`` and kernel offset ``p`` (the tap's index times
+the dilation) to the input row ``i*stride + p - pad``. Rather than testing every position
+against the padding, the kernels ask once per offset which output positions land inside
 the input, and loop only over that range: the padded border costs nothing.
 """
 
 from ._jit import njit
 
-__all__ = ["valid_range"]
+__all__ = ["valid_range", "output_size"]
 
 
 def _valid_range(out_size, offset, stride, pad, in_size):
@@ -32,3 +32,22 @@ def _valid_range(out_size, offset, stride, pad, in_size):
 
 
 valid_range = njit(cache=True)(_valid_range)
+
+
+def _output_size(size, extent, stride, pad, pad_end, ceil_mode):
+    """Outputs of a window of `extent` rows (dilation*(k-1)+1) over `size` rows padded by `pad`
+    before and `pad_end` after: kernels/sizes.py's window_output_size, for the kernels' checks
+    (floor; with ceil_mode the ceiling, less one where the last window would start past the
+    input and the padding before it). Pure integer maths; -1 where the window does not fit."""
+    span = size + pad + pad_end - extent
+    if span < 0:
+        return -1
+    if not ceil_mode:
+        return span // stride + 1
+    out = (span + stride - 1) // stride + 1
+    if (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+output_size = njit(cache=True)(_output_size)

@@ -1,7 +1,12 @@
-"""2-D convolution (NCHW, no bias, dilation 1): direct and im2col+GEMM algorithms.
+"""2-D convolution (NCHW, no bias): direct and im2col+GEMM algorithms.
 
 Forward: y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] * x[n,c,i*sh+p-ph, j*sw+q-pw]  (zero padding).
 The two backward kernels are its adjoints with respect to x (data) and w (filter).
+
+Dilation and asymmetric padding (the direct kernels' arguments after `groups`, as ONNX's Conv
+has them): tap (p, q) reads x[n, c, i*sh + p*dil_h - ph, j*sw + q*dil_w - pw], and the padding
+after the input (ph_end rows below, pw_end columns right; None: ph and pw) only sets the output
+size, which the kernels check. The GEMM kernels take dilation 1 and symmetric padding.
 
 Groups (the direct kernels' last argument, default 1): the C input channels and O filters are
 split into `groups` equal parts and filter o sees only the C/groups channels of its part, so w
@@ -47,17 +52,19 @@ from numba import prange
 
 from ..sizes import conv2d_gemm_sample_group
 from ._jit import njit
-from ._window import valid_range
+from ._window import output_size, valid_range
 from .gemm import gemm, matmul
 
 
-def _check_conv_shapes(y, x, w, sh, sw, ph, pw, groups=1):
+def _check_conv_shapes(y, x, w, sh, sw, ph, pw, groups, dil_h, dil_w, ph_end, pw_end):
     n, c, h, wd = x.shape
     o, c2, kh, kw = w.shape
     if groups < 1 or c % groups != 0 or o % groups != 0:
         raise ValueError("conv2d: groups must divide both the channels and the filters")
-    oh = (h + 2 * ph - kh) // sh + 1
-    ow = (wd + 2 * pw - kw) // sw + 1
+    if dil_h < 1 or dil_w < 1 or ph < 0 or pw < 0 or ph_end < 0 or pw_end < 0:
+        raise ValueError("conv2d: need dilation >= 1 and padding >= 0")
+    oh = output_size(h, dil_h * (kh - 1) + 1, sh, ph, ph_end, False)
+    ow = output_size(wd, dil_w * (kw - 1) + 1, sw, pw, pw_end, False)
     if (
         c2 * groups != c
         or y.shape[0] != n
@@ -81,11 +88,15 @@ _u = np.uint64
 
 
 # ---------------------------------------------------------------- direct algorithm
-def _conv2d_forward_direct(y, x, w, sh, sw, ph, pw, groups=1):
-    """y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,first(o)+c,i*sh+p-ph,j*sw+q-pw], c over the
-    C/groups channels of o's group, which start at first(o). Writes y; no workspace; parallel
-    over (n,o)."""
-    check_conv_shapes(y, x, w, sh, sw, ph, pw, groups)
+def _conv2d_forward_direct(
+    y, x, w, sh, sw, ph, pw, groups=1, dil_h=1, dil_w=1, ph_end=None, pw_end=None
+):
+    """y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,first(o)+c,i*sh+p*dil_h-ph,j*sw+q*dil_w-pw], c
+    over the C/groups channels of o's group, which start at first(o). Writes y; no workspace;
+    parallel over (n,o)."""
+    ph_end = ph if ph_end is None else ph_end
+    pw_end = pw if pw_end is None else pw_end
+    check_conv_shapes(y, x, w, sh, sw, ph, pw, groups, dil_h, dil_w, ph_end, pw_end)
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     og = o // groups
@@ -100,22 +111,26 @@ def _conv2d_forward_direct(y, x, w, sh, sw, ph, pw, groups=1):
         for cl in range(cg):
             ci = first + cl
             for p in range(kh):
-                i_lo, i_hi = valid_range(oh, p, sh, ph, h)
+                i_lo, i_hi = valid_range(oh, p * dil_h, sh, ph, h)
                 for q in range(kw):
-                    j_lo, j_hi = valid_range(ow, q, sw, pw, wd)
+                    j_lo, j_hi = valid_range(ow, q * dil_w, sw, pw, wd)
                     wv = w[oc, cl, p, q]
-                    off = q - pw
+                    off = q * dil_w - pw
                     for i in range(i_lo, i_hi):
-                        hh = i * sh + p - ph
+                        hh = i * sh + p * dil_h - ph
                         for j in range(j_lo, j_hi):
                             y[b, oc, i, _u(j)] += wv * x[b, ci, hh, _u(j * sw + off)]
 
 
-def _conv2d_backward_data_direct(dx, dy, w, sh, sw, ph, pw, groups=1):
-    """dx[n,c,h,v] = sum_{o,p,q,i,j: h=i*sh+p-ph, v=j*sw+q-pw} w[o,c',p,q] dy[n,o,i,j], o over
-    the filters of c's group and c' = c's index within its group. Overwrites dx; parallel over
-    (n,c)."""
-    check_conv_shapes(dy, dx, w, sh, sw, ph, pw, groups)
+def _conv2d_backward_data_direct(
+    dx, dy, w, sh, sw, ph, pw, groups=1, dil_h=1, dil_w=1, ph_end=None, pw_end=None
+):
+    """dx[n,c,h,v] = sum_{o,p,q,i,j: h=i*sh+p*dil_h-ph, v=j*sw+q*dil_w-pw} w[o,c',p,q]
+    dy[n,o,i,j], o over the filters of c's group and c' = c's index within its group.
+    Overwrites dx; parallel over (n,c)."""
+    ph_end = ph if ph_end is None else ph_end
+    pw_end = pw if pw_end is None else pw_end
+    check_conv_shapes(dy, dx, w, sh, sw, ph, pw, groups, dil_h, dil_w, ph_end, pw_end)
     n, c, h, wd = dx.shape
     o, cg, kh, kw = w.shape
     og = o // groups
@@ -130,21 +145,25 @@ def _conv2d_backward_data_direct(dx, dy, w, sh, sw, ph, pw, groups=1):
                 dx[b, ci, u, v] = 0
         for oc in range(g * og, (g + 1) * og):
             for p in range(kh):
-                i_lo, i_hi = valid_range(oh, p, sh, ph, h)
+                i_lo, i_hi = valid_range(oh, p * dil_h, sh, ph, h)
                 for q in range(kw):
-                    j_lo, j_hi = valid_range(ow, q, sw, pw, wd)
+                    j_lo, j_hi = valid_range(ow, q * dil_w, sw, pw, wd)
                     wv = w[oc, cl, p, q]
-                    off = q - pw
+                    off = q * dil_w - pw
                     for i in range(i_lo, i_hi):
-                        hh = i * sh + p - ph
+                        hh = i * sh + p * dil_h - ph
                         for j in range(j_lo, j_hi):
                             dx[b, ci, hh, _u(j * sw + off)] += wv * dy[b, oc, i, _u(j)]
 
 
-def _conv2d_backward_filter_direct(dw, dy, x, sh, sw, ph, pw, groups=1):
-    """dw[o,c,p,q] = sum_{n,i,j} dy[n,o,i,j] x[n,first(o)+c,i*sh+p-ph,j*sw+q-pw] (c within o's
-    group). Overwrites dw; parallel over (o,c); float64 sums."""
-    check_conv_shapes(dy, x, dw, sh, sw, ph, pw, groups)
+def _conv2d_backward_filter_direct(
+    dw, dy, x, sh, sw, ph, pw, groups=1, dil_h=1, dil_w=1, ph_end=None, pw_end=None
+):
+    """dw[o,c,p,q] = sum_{n,i,j} dy[n,o,i,j] x[n,first(o)+c,i*sh+p*dil_h-ph,j*sw+q*dil_w-pw]
+    (c within o's group). Overwrites dw; parallel over (o,c); float64 sums."""
+    ph_end = ph if ph_end is None else ph_end
+    pw_end = pw if pw_end is None else pw_end
+    check_conv_shapes(dy, x, dw, sh, sw, ph, pw, groups, dil_h, dil_w, ph_end, pw_end)
     n, c, h, wd = x.shape
     o, cg, kh, kw = dw.shape
     og = o // groups
@@ -154,14 +173,14 @@ def _conv2d_backward_filter_direct(dw, dy, x, sh, sw, ph, pw, groups=1):
         cl = t % cg
         ci = (oc // og) * cg + cl
         for p in range(kh):
-            i_lo, i_hi = valid_range(oh, p, sh, ph, h)
+            i_lo, i_hi = valid_range(oh, p * dil_h, sh, ph, h)
             for q in range(kw):
-                j_lo, j_hi = valid_range(ow, q, sw, pw, wd)
-                off = q - pw
+                j_lo, j_hi = valid_range(ow, q * dil_w, sw, pw, wd)
+                off = q * dil_w - pw
                 s = 0.0
                 for b in range(n):
                     for i in range(i_lo, i_hi):
-                        hh = i * sh + p - ph
+                        hh = i * sh + p * dil_h - ph
                         for j in range(j_lo, j_hi):
                             s += dy[b, oc, i, _u(j)] * x[b, ci, hh, _u(j * sw + off)]
                 dw[oc, cl, p, q] = s
@@ -256,7 +275,7 @@ def _gemm_setup(name, y, x, w, workspace, sh, sw, ph, pw):
         raise ValueError(f"{name}: workspace must be 1-D")
     n, c, h, wd = x.shape
     o, _, kh, kw = w.shape
-    check_conv_shapes(y, x, w, sh, sw, ph, pw)
+    check_conv_shapes(y, x, w, sh, sw, ph, pw, 1, 1, 1, ph, pw)
     k = c * kh * kw
     oh, ow = y.shape[2], y.shape[3]
     npix = oh * ow  # L = OH*OW, output pixels per sample

@@ -3,15 +3,17 @@
 Forward, for every (n, h, w) and channel c:
     scale[n,c,h,w] = k + alpha/size * sum_{c' in window(c)} x[n,c',h,w]^2
     y[n,c,h,w]     = x[n,c,h,w] * scale[n,c,h,w]^(-beta)
-window(c) is the `size` channels c - size//2 .. c - size//2 + size - 1, clipped at the edges
-(channels outside count as zeros, and the sum is still divided by `size`): the same window as
-torch.nn.LocalResponseNorm and, for odd sizes, Caffe.
+window(c) is the `size` channels c - before .. c - before + size - 1, clipped at the edges
+(channels outside count as zeros, and the sum is still divided by `size`). `before`, the
+channels of the window before c, is size//2 by default: the window of
+torch.nn.LocalResponseNorm and, for odd sizes, Caffe. ONNX's LRN has (size-1)//2, which
+differs for even sizes only (its window is c - floor((size-1)/2) .. c + ceil((size-1)/2)).
 
 Backward (x and y as the forward read and wrote them; scale rebuilt from x):
     dx[c] = dy[c] * scale[c]^(-beta)
             - 2*alpha*beta/size * x[c] * sum_{c' : c in window(c')} dy[c'] * y[c'] / scale[c']
-For odd sizes {c' : c in window(c')} is window(c) itself; for even sizes it is the mirrored
-window c + size//2 - size + 1 .. c + size//2, which the kernel uses.
+For odd sizes and the centred window {c' : c in window(c')} is window(c) itself; in general it
+is the mirrored window c + before - size + 1 .. c + before, which the kernel uses.
 
 Memory: the forward writes y only, and the backward reads x, y and dy (as cuDNN's LRN and
 SuperNeurons do): scale, a tensor of x's size, is never stored. The backward takes the window
@@ -36,9 +38,11 @@ from ._jit import njit
 _u = np.uint64
 
 
-def _check_lrn(a, x, size):
+def _check_lrn(a, x, size, before):
     if size < 1:
         raise ValueError("lrn: size must be >= 1")
+    if before < 0 or before >= size:
+        raise ValueError("lrn: before (the window's channels before c) must be in [0, size)")
     if a.shape != x.shape:
         raise ValueError("lrn: every array must have x's (N, C, H, W) shape")
 
@@ -46,11 +50,11 @@ def _check_lrn(a, x, size):
 check_lrn = njit(cache=True)(_check_lrn)
 
 
-def _window_scale(x, b, ci, u, v, size, k, alpha_n):
+def _window_scale(x, b, ci, u, v, size, before, k, alpha_n):
     """scale at x[b, ci, u, v], in float64: k + alpha_n * (sum of x^2 over window(ci), in
     channel order; each square in x's dtype, as Numba multiplies two float32)."""
-    lo = max(ci - size // 2, 0)
-    hi = min(ci - size // 2 + size, x.shape[1])
+    lo = max(ci - before, 0)
+    hi = min(ci - before + size, x.shape[1])
     s = 0.0
     for cc in range(lo, hi):
         a = x[b, _u(cc), u, v]
@@ -61,9 +65,11 @@ def _window_scale(x, b, ci, u, v, size, k, alpha_n):
 window_scale = njit(cache=True, inline="always")(_window_scale)
 
 
-def _lrn_forward(y, x, size, alpha, beta, k):
-    """y = x * scale^-beta, scale = k + alpha/size * (window sum of x^2) in float64. Writes y."""
-    check_lrn(y, x, size)
+def _lrn_forward(y, x, size, alpha, beta, k, before=None):
+    """y = x * scale^-beta, scale = k + alpha/size * (window sum of x^2) in float64; `before`
+    channels of the window before c (None: size//2). Writes y."""
+    before = size // 2 if before is None else before
+    check_lrn(y, x, size, before)
     n, c, h, w = x.shape
     alpha_n = alpha / size
     for t in prange(n * h):
@@ -71,20 +77,21 @@ def _lrn_forward(y, x, size, alpha, beta, k):
         u = t % h
         for ci in range(c):
             for v in range(w):
-                d = window_scale(x, b, ci, u, v, size, k, alpha_n)
+                d = window_scale(x, b, ci, u, v, size, before, k, alpha_n)
                 y[b, ci, u, v] = x[b, ci, u, v] * math.pow(d, -beta)
 
 
-def _lrn_backward(dx, dy, x, y, size, alpha, beta, k):
+def _lrn_backward(dx, dy, x, y, size, alpha, beta, k, before=None):
     """dx = dy*scale^-beta - 2*alpha*beta/size * x * (mirrored window sum of dy*y/scale), each
-    scale rebuilt from x and rounded to x's dtype. Writes dx."""
-    check_lrn(dx, x, size)
-    check_lrn(dy, x, size)
-    check_lrn(y, x, size)
+    scale rebuilt from x and rounded to x's dtype; `before` as the forward's. Writes dx."""
+    before = size // 2 if before is None else before
+    check_lrn(dx, x, size, before)
+    check_lrn(dy, x, size, before)
+    check_lrn(y, x, size, before)
     n, c, h, w = x.shape
     alpha_n = alpha / size
     coef = 2.0 * alpha * beta / size
-    after = size // 2  # window(c') contains c for c' in c + after - size + 1 .. c + after
+    # window(c') contains c for c' in c + before - size + 1 .. c + before
     # Each scale in x's dtype, as a stored scale would be: in float32, dy*y/scale is then
     # float32 arithmetic, and scale^-beta the power of the rounded value, as before.
     rounded = x.dtype.type
@@ -92,14 +99,14 @@ def _lrn_backward(dx, dy, x, y, size, alpha, beta, k):
         b = t // h
         u = t % h
         for ci in range(c):
-            lo = max(ci + after - size + 1, 0)
-            hi = min(ci + after + 1, c)
+            lo = max(ci + before - size + 1, 0)
+            hi = min(ci + before + 1, c)
             for v in range(w):
                 s = 0.0
                 for cc in range(lo, hi):
-                    d = rounded(window_scale(x, b, cc, u, v, size, k, alpha_n))
+                    d = rounded(window_scale(x, b, cc, u, v, size, before, k, alpha_n))
                     s += dy[b, _u(cc), u, v] * y[b, _u(cc), u, v] / d
-                d = rounded(window_scale(x, b, ci, u, v, size, k, alpha_n))
+                d = rounded(window_scale(x, b, ci, u, v, size, before, k, alpha_n))
                 dx[b, ci, u, v] = dy[b, ci, u, v] * math.pow(d, -beta) - coef * x[b, ci, u, v] * s
 
 

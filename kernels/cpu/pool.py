@@ -3,7 +3,11 @@
 Window (i, j) of an input plane covers rows i*sh-ph .. i*sh-ph+kh-1 and columns
 j*sw-pw .. j*sw-pw+kw-1; positions outside the plane are padding.
 
-Padding rule: the kernels require ph < kh and pw < kw, which guarantees that every
+Padding: ph rows above and ph_end below, pw columns left and pw_end right (ONNX's
+asymmetric pads; None: ph_end = ph, pw_end = pw). With ceil_mode, y has the ceiling's
+output size (ONNX, PyTorch): the last window may run past the padding, and is clipped.
+Padding rule: the kernels require every pad < the window, and a ceil_mode window
+starts inside the input or the padding before it, which guarantees that every
 window overlaps the input (no window lies fully in the padding), so a max-pool
 window always has a real element to choose. ``pool2d_output_shape`` (kernels/sizes.py)
 and the kernels reject other paddings with ValueError.
@@ -12,8 +16,11 @@ Max pooling: padding counts as -inf and is never chosen; ties go to the first
 maximum in row-major window order. ``argmax`` (int32, shape of y) stores the flat
 index row*W + col of the chosen element inside its (n, c) input plane.
 
-Average pooling counts padded zeros: every window sum is divided by kh*kw
-(cuDNN CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, PyTorch count_include_pad=True).
+Average pooling, with count_include_pad (the default), counts padded zeros: a window
+sum is divided by its taps inside the padded input, kh*kw but where ceil_mode clips
+the last window (cuDNN CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, PyTorch
+count_include_pad=True, ONNX count_include_pad=1). Without it, by its taps inside
+the input alone (cuDNN's EXCLUDE_PADDING, ONNX's default count_include_pad=0).
 
 All kernels take C-contiguous NCHW arrays and run in parallel over (n, c) planes;
 a backward kernel zeroes its dx plane and then scatter-adds into it in a fixed
@@ -24,7 +31,7 @@ import numpy as np
 from numba import prange
 
 from ._jit import njit
-from ._window import valid_range
+from ._window import output_size, valid_range
 
 # Window indices such as max(i*sh - ph, 0) have a sign the compiler cannot see, so Numba
 # would add a negative-index wraparound test to every access; they are valid positions,
@@ -32,12 +39,14 @@ from ._window import valid_range
 _u = np.uint64
 
 
-def _check_pool(y, x, kh, kw, sh, sw, ph, pw):
-    if ph >= kh or pw >= kw or ph < 0 or pw < 0:
-        raise ValueError("pool2d: padding must satisfy 0 <= ph < kh and 0 <= pw < kw")
+def _check_pool(y, x, kh, kw, sh, sw, ph, pw, ph_end, pw_end, ceil_mode):
+    if max(ph, ph_end) >= kh or max(pw, pw_end) >= kw or min(ph, pw, ph_end, pw_end) < 0:
+        raise ValueError(
+            "pool2d: padding must satisfy 0 <= ph, ph_end < kh and 0 <= pw, pw_end < kw"
+        )
     n, c, h, w = x.shape
-    oh = (h + 2 * ph - kh) // sh + 1
-    ow = (w + 2 * pw - kw) // sw + 1
+    oh = output_size(h, kh, sh, ph, ph_end, ceil_mode)
+    ow = output_size(w, kw, sw, pw, pw_end, ceil_mode)
     if (
         y.shape[0] != n
         or y.shape[1] != c
@@ -52,10 +61,22 @@ def _check_pool(y, x, kh, kw, sh, sw, ph, pw):
 check_pool = njit(cache=True)(_check_pool)
 
 
-def _maxpool2d_forward(y, argmax, x, kh, kw, sh, sw, ph, pw):
+def _taps(start, k, lo, hi):
+    """Taps of the window [start, start + k) that lie in [lo, hi)."""
+    return min(start + k, hi) - max(start, lo)
+
+
+taps = njit(cache=True, inline="always")(_taps)
+
+
+def _maxpool2d_forward(
+    y, argmax, x, kh, kw, sh, sw, ph, pw, ph_end=None, pw_end=None, ceil_mode=False
+):
     """y[n,c,i,j] = max over the window (padding = -inf); argmax = flat in-plane index of it.
     Writes y, argmax."""
-    check_pool(y, x, kh, kw, sh, sw, ph, pw)
+    ph_end = ph if ph_end is None else ph_end
+    pw_end = pw if pw_end is None else pw_end
+    check_pool(y, x, kh, kw, sh, sw, ph, pw, ph_end, pw_end, ceil_mode)
     if argmax.shape != y.shape:
         raise ValueError("maxpool2d_forward: argmax must have the shape of y")
     n, c, h, w = x.shape
@@ -83,14 +104,18 @@ def _maxpool2d_forward(y, argmax, x, kh, kw, sh, sw, ph, pw):
                 argmax[b, ci, i, j] = best_idx
 
 
-def _maxpool2d_backward(dx, dy, argmax, kh, kw, sh, sw, ph, pw):
+def _maxpool2d_backward(
+    dx, dy, argmax, kh, kw, sh, sw, ph, pw, ph_end=None, pw_end=None, ceil_mode=False
+):
     """dx = 0, then dx[n,c].flat[argmax[n,c,i,j]] += dy[n,c,i,j], the windows (i, j) taken in
     row-major order. Overwrites dx; parallel over (n,c).
 
-    The window (kh, kw, sh, sw, ph, pw) is the forward's: this scatter does not need it, but
-    the CUDA kernel does, which gathers instead (one thread per element of dx, summing the
+    The window (kh, kw, sh, sw, ph, pw, ...) is the forward's: this scatter does not need it,
+    but the CUDA kernel does, which gathers instead (one thread per element of dx, summing the
     windows that chose it in the same order: no atomics, the same sums bit for bit)."""
-    check_pool(dy, dx, kh, kw, sh, sw, ph, pw)
+    ph_end = ph if ph_end is None else ph_end
+    pw_end = pw if pw_end is None else pw_end
+    check_pool(dy, dx, kh, kw, sh, sw, ph, pw, ph_end, pw_end, ceil_mode)
     if dy.shape != argmax.shape:
         raise ValueError("maxpool2d_backward: dy and argmax must have the same shape")
     n, c, h, w = dx.shape
@@ -106,13 +131,31 @@ def _maxpool2d_backward(dx, dy, argmax, kh, kw, sh, sw, ph, pw):
                 plane[_u(argmax[b, ci, i, j])] += dy[b, ci, i, j]
 
 
-def _avgpool2d_forward(y, x, kh, kw, sh, sw, ph, pw):
-    """y[n,c,i,j] = (sum of the window, padding counted as 0) / (kh*kw).
+def _avgpool2d_forward(
+    y,
+    x,
+    kh,
+    kw,
+    sh,
+    sw,
+    ph,
+    pw,
+    ph_end=None,
+    pw_end=None,
+    ceil_mode=False,
+    count_include_pad=True,
+):
+    """y[n,c,i,j] = (sum of the window, padding counted as 0) / its taps in the padded input
+    (count_include_pad: kh*kw unless ceil_mode clipped it) or in the input alone.
     Writes y; parallel over (n,c)."""
-    check_pool(y, x, kh, kw, sh, sw, ph, pw)
+    ph_end = ph if ph_end is None else ph_end
+    pw_end = pw if pw_end is None else pw_end
+    check_pool(y, x, kh, kw, sh, sw, ph, pw, ph_end, pw_end, ceil_mode)
     n, c, h, w = x.shape
     oh, ow = y.shape[2], y.shape[3]
-    inv = 1.0 / (kh * kw)
+    # the rows and columns a window's taps are counted in
+    top, bottom = (-ph, h + ph_end) if count_include_pad else (0, h)
+    left, right = (-pw, w + pw_end) if count_include_pad else (0, w)
     for t in prange(n * c):
         b = t // c
         ci = t % c
@@ -128,15 +171,39 @@ def _avgpool2d_forward(y, x, kh, kw, sh, sw, ph, pw):
                 for u in range(u_lo, u_hi):
                     for v in range(v_lo, v_hi):
                         s += x[b, ci, _u(u), _u(v)]
-                y[b, ci, i, j] = s * inv
+                y[b, ci, i, j] = s * (1.0 / (taps(u0, kh, top, bottom) * taps(v0, kw, left, right)))
 
 
-def _avgpool2d_backward(dx, dy, kh, kw, sh, sw, ph, pw):
-    """dx[n,c,u,v] = sum over windows containing (u,v) of dy[n,c,i,j] / (kh*kw).
-    Overwrites dx; parallel over (n,c)."""
-    check_pool(dy, dx, kh, kw, sh, sw, ph, pw)
+def _avgpool2d_backward(
+    dx,
+    dy,
+    kh,
+    kw,
+    sh,
+    sw,
+    ph,
+    pw,
+    ph_end=None,
+    pw_end=None,
+    ceil_mode=False,
+    count_include_pad=True,
+):
+    """dx[n,c,u,v] = sum over windows containing (u,v) of dy[n,c,i,j] / the forward's taps of
+    window (i, j). Overwrites dx; parallel over (n,c)."""
+    ph_end = ph if ph_end is None else ph_end
+    pw_end = pw if pw_end is None else pw_end
+    check_pool(dy, dx, kh, kw, sh, sw, ph, pw, ph_end, pw_end, ceil_mode)
     n, c, h, w = dx.shape
     oh, ow = dy.shape[2], dy.shape[3]
+    top, bottom = (-ph, h + ph_end) if count_include_pad else (0, h)
+    left, right = (-pw, w + pw_end) if count_include_pad else (0, w)
+    # Every window has kh*kw taps where the padding counts and no window is clipped: the
+    # common case keeps one constant factor out of the inner loop.
+    whole = (
+        taps((oh - 1) * sh - ph, kh, top, bottom) == kh
+        and taps((ow - 1) * sw - pw, kw, left, right) == kw
+    )
+    whole = whole and count_include_pad
     inv = 1.0 / (kh * kw)
     for t in prange(n * c):
         b = t // c
@@ -151,8 +218,15 @@ def _avgpool2d_backward(dx, dy, kh, kw, sh, sw, ph, pw):
                 off = q - pw
                 for i in range(i_lo, i_hi):
                     u = i * sh + p - ph
-                    for j in range(j_lo, j_hi):
-                        dx[b, ci, u, _u(j * sw + off)] += dy[b, ci, i, _u(j)] * inv
+                    if whole:
+                        for j in range(j_lo, j_hi):
+                            dx[b, ci, u, _u(j * sw + off)] += dy[b, ci, i, _u(j)] * inv
+                    else:
+                        rows = taps(i * sh - ph, kh, top, bottom)
+                        for j in range(j_lo, j_hi):
+                            cols = taps(j * sw - pw, kw, left, right)
+                            g = dy[b, ci, i, _u(j)] * (1.0 / (rows * cols))
+                            dx[b, ci, u, _u(j * sw + off)] += g
 
 
 maxpool2d_forward = njit(parallel=True, cache=True)(_maxpool2d_forward)

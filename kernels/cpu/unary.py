@@ -23,6 +23,10 @@ both the forward input x and output y and uses whichever the derivative is cheap
     SELU         b*x if x > 0 else a*b(e^x - 1)  dy * b if x > 0 else dy * (y + a*b)
     HARDSIGMOID  clip(a*x + b, 0, 1)             dy * a inside (0, 1), else 0
     CLIP         clip(x, a, b)                   dy inside [a, b], else 0
+    GELU         x Phi(x) = x (1 + erf(x / sqrt2)) / 2
+                                                 dy * (Phi(x) + x phi(x))   (phi: normal pdf)
+    GELU_TANH    x (1 + t) / 2, t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3) (ONNX's "tanh")
+                                                 dy * ((1 + t) / 2 + x (1 - t^2) u' / 2)
     SIGN, CEIL, FLOOR, ROUND (halves away from 0), ROUNDE (halves to even), and the comparisons
     GT, GE, LT, LE, EQ with the scalar a (1.0 or 0.0): flat almost everywhere, gradient 0.
 
@@ -41,7 +45,12 @@ from ._jit import njit
 (SIN, COS, TAN, SINH, COSH, ASIN, ACOS, ATAN, ASINH, ACOSH, ATANH, ERF) = range(10, 22)
 (SOFTPLUS, SOFTSIGN, ELU, SELU, HARDSIGMOID, CLIP) = range(22, 28)
 (SIGN, CEIL, FLOOR, ROUND, ROUNDE, GT, GE, LT, LE, EQ) = range(28, 38)
+(GELU, GELU_TANH) = range(38, 40)
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+SQRT_HALF = math.sqrt(0.5)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+GELU_CUBIC = 0.044715  # the tanh approximation's coefficient (Hendrycks and Gimpel; ONNX Gelu)
 
 
 def _unary_value(v, code, a, b):
@@ -117,6 +126,10 @@ def _unary_value(v, code, a, b):
         r = math.floor(v)
         d = v - r
         return r + 1.0 if d > 0.5 or (d == 0.5 and r % 2 != 0) else r
+    if code == GELU:
+        return 0.5 * v * (1.0 + math.erf(v * SQRT_HALF))
+    if code == GELU_TANH:
+        return 0.5 * v * (1.0 + math.tanh(SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v)))
     if code == GT:
         return 1.0 if v > a else 0.0
     if code == GE:
@@ -188,6 +201,14 @@ def _unary_gradient(g, v, w, code, a, b):
         return g * a if 0 < t < 1 else 0.0 * g
     if code == CLIP:
         return g if a <= v <= b else 0.0 * g
+    if code == GELU:
+        return g * (
+            0.5 * (1.0 + math.erf(v * SQRT_HALF)) + v * INV_SQRT_2PI * math.exp(-0.5 * v * v)
+        )
+    if code == GELU_TANH:
+        t = math.tanh(SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v))
+        du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * v * v)
+        return g * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du)
     return 0.0 * g  # SIGN, rounding and the comparisons are flat almost everywhere
 
 

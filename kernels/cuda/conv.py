@@ -1,5 +1,7 @@
-"""2-D convolution (NCHW, no bias, dilation 1): direct and im2col + GEMM algorithms (groups:
-the direct kernels' last argument, as on the CPU; the GEMM kernels take groups = 1).
+"""2-D convolution (NCHW, no bias): direct and im2col + GEMM algorithms (groups, dilation and
+asymmetric padding: the direct kernels' arguments after the padding, as on the CPU, where
+kernels/cpu/conv.py says what they mean; the GEMM kernels take groups = 1, dilation 1 and
+symmetric padding).
 
 Forward: y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] * x[n,c,i*sh+p-ph, j*sw+q-pw]  (zero padding).
 The two backward kernels are its adjoints with respect to x (data) and w (filter).
@@ -51,32 +53,38 @@ from ._launch import (
 from .elementwise import fill
 from .gemm import gemm
 
-_DIRECT = each_float(f"void({A4}, {A4}, {A4}, int64, int64, int64, int64, int64)")
+# sh, sw, ph, pw, groups, dil_h, dil_w (the padding after the input only sizes y: the host checks)
+_DIRECT = each_float(f"void({A4}, {A4}, {A4}, {', '.join(['int64'] * 7)})")
 _UNFOLD = "int64, int64, int64, int64, int64, int64"  # kh, kw, sh, sw, ph, pw
 
 
-def _check_conv(name, y, x, w, sh, sw, ph, pw, groups=1):
+def _check_conv(
+    name, y, x, w, sh, sw, ph, pw, groups=1, dil_h=1, dil_w=1, ph_end=None, pw_end=None
+):
     """y (N,O,OH,OW), x (N,C,H,W), w (O,C/groups,KH,KW) must agree (the CPU's
-    check_conv_shapes)."""
+    check_conv_shapes). Returns the launch's scalars: sh, sw, ph, pw, groups, dil_h, dil_w."""
     check_device(name, ndim=4, y=y, x=x, w=w)
     float_dtype(name, y=y, x=x, w=w)
-    if sh < 1 or sw < 1 or ph < 0 or pw < 0:
-        raise ValueError(f"{name}: need stride >= 1 and padding >= 0")
+    ph_end = ph if ph_end is None else ph_end
+    pw_end = pw if pw_end is None else pw_end
+    if sh < 1 or sw < 1 or min(ph, pw, ph_end, pw_end) < 0 or dil_h < 1 or dil_w < 1:
+        raise ValueError(f"{name}: need stride >= 1, dilation >= 1 and padding >= 0")
     n, c, h, wd = x.shape
     o, c2, kh, kw = w.shape
     if groups < 1 or c % groups or o % groups:
         raise ValueError(f"{name}: groups must divide both the channels and the filters")
-    oh = (h + 2 * ph - kh) // sh + 1
-    ow = (wd + 2 * pw - kw) // sw + 1
+    oh = (h + ph + ph_end - dil_h * (kh - 1) - 1) // sh + 1
+    ow = (wd + pw + pw_end - dil_w * (kw - 1) - 1) // sw + 1
     if c2 * groups != c or y.shape != (n, o, oh, ow) or oh < 1 or ow < 1:
         raise ValueError(
             f"{name}: shapes of y (N,O,OH,OW), x (N,C,H,W), w (O,C,KH,KW) do not agree"
         )
+    return tuple(int(a) for a in (sh, sw, ph, pw, groups, dil_h, dil_w))
 
 
 # ---------------------------------------------------------------- direct algorithm
 @kernel(*_DIRECT)
-def _forward_direct_kernel(y, x, w, sh, sw, ph, pw, groups):
+def _forward_direct_kernel(y, x, w, sh, sw, ph, pw, groups, dil_h, dil_w):
     """Thread t: y[b, o, i, j] with t = ((b*O + o)*OH + i)*OW + j."""
     t = cuda.grid(1)
     n, o, oh, ow = y.shape
@@ -90,20 +98,20 @@ def _forward_direct_kernel(y, x, w, sh, sw, ph, pw, groups):
     for cl in range(cg):
         ci = first + cl
         for p in range(kh):
-            u = i * sh + p - ph
+            u = i * sh + p * dil_h - ph
             if u < 0 or u >= h:
                 continue
             for q in range(kw):
-                v = j * sw + q - pw
+                v = j * sw + q * dil_w - pw
                 if 0 <= v < wd:
                     acc += w[oc, cl, p, q] * x[b, ci, u, v]
     y[b, oc, i, j] = acc
 
 
 @kernel(*_DIRECT)
-def _backward_data_direct_kernel(dx, dy, w, sh, sw, ph, pw, groups):
+def _backward_data_direct_kernel(dx, dy, w, sh, sw, ph, pw, groups, dil_h, dil_w):
     """Thread t: dx[b, c, u, v], gathering w[o,c,p,q] * dy[b,o,i,j] over the (o, p, q) with
-    u = i*sh + p - ph, v = j*sw + q - pw for a whole output position (i, j)."""
+    u = i*sh + p*dil_h - ph, v = j*sw + q*dil_w - pw for a whole output position (i, j)."""
     t = cuda.grid(1)
     n, c, h, wd = dx.shape
     if t >= n * c * h * wd:
@@ -117,20 +125,20 @@ def _backward_data_direct_kernel(dx, dy, w, sh, sw, ph, pw, groups):
     acc = dx.dtype.type(0)
     for oc in range(g * og, (g + 1) * og):
         for p in range(kh):
-            ii = u + ph - p  # = i * sh for the output row i whose window row p is u
+            ii = u + ph - p * dil_h  # = i * sh for the output row i whose window row p is u
             if ii < 0 or ii % sh != 0 or ii // sh >= oh:
                 continue
             i = ii // sh
             for q in range(kw):
-                jj = v + pw - q
+                jj = v + pw - q * dil_w
                 if jj >= 0 and jj % sw == 0 and jj // sw < ow:
                     acc += w[oc, cl, p, q] * dy[b, oc, i, jj // sw]
     dx[b, ci, u, v] = acc
 
 
 @kernel(*_DIRECT)
-def _backward_filter_direct_kernel(dw, dy, x, sh, sw, ph, pw, groups):
-    """Thread t: dw[o, c, p, q] = sum_{b,i,j} dy[b,o,i,j] * x[b,c,i*sh+p-ph,j*sw+q-pw],
+def _backward_filter_direct_kernel(dw, dy, x, sh, sw, ph, pw, groups, dil_h, dil_w):
+    """Thread t: dw[o, c, p, q] = sum_{b,i,j} dy[b,o,i,j] * x[b,c,i*sh+p*dil_h-ph,j*sw+q*dil_w-pw],
     in float64 (a long sum: N*OH*OW terms)."""
     t = cuda.grid(1)
     o, cg, kh, kw = dw.shape
@@ -143,37 +151,43 @@ def _backward_filter_direct_kernel(dw, dy, x, sh, sw, ph, pw, groups):
     s = 0.0
     for b in range(n):
         for i in range(oh):
-            u = i * sh + p - ph
+            u = i * sh + p * dil_h - ph
             if u < 0 or u >= h:
                 continue
             for j in range(ow):
-                v = j * sw + q - pw
+                v = j * sw + q * dil_w - pw
                 if 0 <= v < wd:
                     s += dy[b, oc, i, j] * x[b, ci, u, v]
     dw[oc, cl, p, q] = s
 
 
-def conv2d_forward_direct(y, x, w, sh, sw, ph, pw, groups=1, *, stream=0):
-    """y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,c,i*sh+p-ph,j*sw+q-pw].
+def conv2d_forward_direct(
+    y, x, w, sh, sw, ph, pw, groups=1, dil_h=1, dil_w=1, ph_end=None, pw_end=None, *, stream=0
+):
+    """y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,c,i*sh+p*dil_h-ph,j*sw+q*dil_w-pw].
     Writes y; no workspace; one thread per element of y."""
-    _check_conv("conv2d_forward_direct", y, x, w, sh, sw, ph, pw, groups)
-    args = (int(sh), int(sw), int(ph), int(pw), int(groups))
+    geometry = (sh, sw, ph, pw, groups, dil_h, dil_w, ph_end, pw_end)
+    args = _check_conv("conv2d_forward_direct", y, x, w, *geometry)
     launch_1d(_forward_direct_kernel, y.size, stream, y, x, w, *args)
 
 
-def conv2d_backward_data_direct(dx, dy, w, sh, sw, ph, pw, groups=1, *, stream=0):
-    """dx[n,c,h,v] = sum_{o,p,q,i,j: h=i*sh+p-ph, v=j*sw+q-pw} w[o,c,p,q] dy[n,o,i,j].
-    Overwrites dx; one thread per element of dx (a gather: no atomics)."""
-    _check_conv("conv2d_backward_data_direct", dy, dx, w, sh, sw, ph, pw, groups)
-    args = (int(sh), int(sw), int(ph), int(pw), int(groups))
+def conv2d_backward_data_direct(
+    dx, dy, w, sh, sw, ph, pw, groups=1, dil_h=1, dil_w=1, ph_end=None, pw_end=None, *, stream=0
+):
+    """dx[n,c,h,v] = sum_{o,p,q,i,j: h=i*sh+p*dil_h-ph, v=j*sw+q*dil_w-pw} w[o,c,p,q]
+    dy[n,o,i,j]. Overwrites dx; one thread per element of dx (a gather: no atomics)."""
+    geometry = (sh, sw, ph, pw, groups, dil_h, dil_w, ph_end, pw_end)
+    args = _check_conv("conv2d_backward_data_direct", dy, dx, w, *geometry)
     launch_1d(_backward_data_direct_kernel, dx.size, stream, dx, dy, w, *args)
 
 
-def conv2d_backward_filter_direct(dw, dy, x, sh, sw, ph, pw, groups=1, *, stream=0):
-    """dw[o,c,p,q] = sum_{n,i,j} dy[n,o,i,j] x[n,c,i*sh+p-ph,j*sw+q-pw].
+def conv2d_backward_filter_direct(
+    dw, dy, x, sh, sw, ph, pw, groups=1, dil_h=1, dil_w=1, ph_end=None, pw_end=None, *, stream=0
+):
+    """dw[o,c,p,q] = sum_{n,i,j} dy[n,o,i,j] x[n,c,i*sh+p*dil_h-ph,j*sw+q*dil_w-pw].
     Overwrites dw; one thread per element of dw; float64 sums."""
-    _check_conv("conv2d_backward_filter_direct", dy, x, dw, sh, sw, ph, pw, groups)
-    args = (int(sh), int(sw), int(ph), int(pw), int(groups))
+    geometry = (sh, sw, ph, pw, groups, dil_h, dil_w, ph_end, pw_end)
+    args = _check_conv("conv2d_backward_filter_direct", dy, x, dw, *geometry)
     launch_1d(_backward_filter_direct_kernel, dw.size, stream, dw, dy, x, *args)
 
 

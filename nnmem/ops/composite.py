@@ -78,15 +78,20 @@ def binary_cross_entropy(x, t):
 
 
 def _as_tensor(value, like):
+    """value as a tensor of like's dtype: an array or list is copied in, a tensor of another
+    dtype (an int32 mask) converted on the host (no gradient flows into a condition)."""
     if isinstance(value, Tensor):
-        return value
+        return value if value.dtype == like.dtype else value.as_type(like.dtype)
     a = np.asarray(value, dtype=like.dtype)
     return Tensor(a.shape, like.device, like.dtype, requires_grad=False).copy_from_numpy(a)
 
 
 def where(x, y, condition):
-    """condition * x + (1 - condition) * y, broadcast; condition: a tensor, array or list of
-    0/1 (or booleans). The gradient flows to x where the condition holds, to y elsewhere."""
+    """condition * x + (1 - condition) * y, broadcast (ONNX's Where(condition, x, y)); condition:
+    a tensor (float or int32), array or list of 0/1 (or booleans). The gradient flows to x where
+    the condition holds, to y elsewhere. Being arithmetic, it needs finite x and y: an inf or
+    NaN in the branch not taken still shows (0 * inf is NaN), so mask with a large finite value
+    (GPT-2's finfo.min), not -inf."""
     c = _as_tensor(condition, x)
     not_c = add_scalar(Scale(-1.0)(c), 1.0)
     return binary("add", binary("mul", c, x), binary("mul", not_c, y))

@@ -30,6 +30,11 @@ and smaller workspaces agree (the numbers never depend on which run chose);
 Grouped convolution (``group=g``: each filter sees C/g of the channels; g = C is depthwise, as in
 Xception's separable convolutions) runs the direct kernels, which take the group count: an
 im2col of one group's channels would be a GEMM too thin to pay for its workspace.
+
+Dilation (``dilation=(dh, dw)``: tap (p, q) reads the input dh*p rows and dw*q columns from the
+window's corner) and asymmetric padding (``padding=(top, left, bottom, right)``, ONNX's pads
+[x1_begin, x2_begin, x1_end, x2_end]), as ONNX's Conv has them, run the direct kernels too, so
+that the workspace algorithms stay the ones for the common case: "auto" is "direct" there.
 """
 
 import numpy as np
@@ -48,18 +53,35 @@ BENCHMARKED = {}
 
 
 class Conv2d(Operator):
-    """y[n,o] = sum_c W[o,c] (*) x[n,c] + b[o]  with stride and zero padding."""
+    """y[n,o,i,j] = sum_{c,p,q} W[o,c,p,q] x[n,c,i*sh+p*dh-top,j*sw+q*dw-left] + b[o]  with
+    stride, dilation and zero padding: `padding` is (ph, pw), the same on both sides, or
+    (top, left, bottom, right)."""
 
-    def __init__(self, stride=(1, 1), padding=(0, 0), algorithm="auto", group=1):
+    def __init__(self, stride=(1, 1), padding=(0, 0), algorithm="auto", group=1, dilation=(1, 1)):
         super().__init__()
         if algorithm not in ALGORITHMS:
             raise ValueError(f"conv2d: unknown algorithm {algorithm!r}; choose one of {ALGORITHMS}")
         if not isinstance(group, int) or group < 1:
             raise ValueError(f"conv2d: group must be a positive int, not {group!r}")
-        self.stride, self.padding, self.group = tuple(stride), tuple(padding), group
+        self.stride, self.group = tuple(stride), group
+        self.pads = four_sides(pair(padding), "conv2d")
+        top, left, bottom, right = self.pads
+        symmetric = (top, left) == (bottom, right)
+        # (ph, pw) where both sides agree (the key "auto" remembers its choice by), else all four
+        self.padding = (top, left) if symmetric else self.pads
+        dilation = pair(dilation)
+        if len(dilation) != 2 or not all(_whole(d, 1) for d in dilation):
+            raise ValueError(f"conv2d: dilation must be two ints >= 1, not {dilation!r}")
+        self.dilation = tuple(int(d) for d in dilation)
         if algorithm == "conv3x3" and group != 1:
             raise ValueError(f"conv2d: algorithm='conv3x3' is for group=1, not {group}")
-        self.algorithm = algorithm if group == 1 else "direct"
+        plain = symmetric and self.dilation == (1, 1)
+        if algorithm in ("gemm", "conv3x3") and not plain:
+            raise ValueError(
+                f"conv2d: algorithm={algorithm!r} is for dilation (1, 1) and the same padding on "
+                f"both sides, not dilation {self.dilation} and padding {padding}; use 'auto'"
+            )
+        self.algorithm = algorithm if group == 1 and plain else "direct"
 
     def forward(self, x, W, b=None):
         K = self.kernels
@@ -71,15 +93,18 @@ class Conv2d(Operator):
             )
         n, c, h, w = x.shape
         o, _, kh, kw = W.shape
-        (sh, sw), (ph, pw) = self.stride, self.padding
-        if h + 2 * ph < kh or w + 2 * pw < kw:
+        (sh, sw), (top, left, bottom, right) = self.stride, self.pads
+        (dh, dw) = self.dilation
+        if h + top + bottom < dh * (kh - 1) + 1 or w + left + right < dw * (kw - 1) + 1:
             raise ValueError(
-                f"conv2d: a {kh}x{kw} kernel does not fit the {h}x{w} input "
-                f"(padding {self.padding}); use a smaller kernel or more padding"
+                f"conv2d: a {kh}x{kw} kernel (dilation {self.dilation}) does not fit the "
+                f"{h}x{w} input (padding {self.padding}); use a smaller kernel or more padding"
             )
-        out_shape = sizes.conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw)
+        out_shape = sizes.conv2d_output_shape(
+            n, c, h, w, o, kh, kw, sh, sw, top, left, dh, dw, bottom, right
+        )
         self.geometry = (c, h, w, o, kh, kw)
-        if self.algorithm == "conv3x3" and not sizes.conv3x3_applies(kh, kw, sh, sw, ph, pw):
+        if self.algorithm == "conv3x3" and not sizes.conv3x3_applies(kh, kw, sh, sw, top, left):
             raise ValueError(
                 f"conv2d: algorithm='conv3x3' is for 3x3 filters with stride 1 and padding 1, "
                 f"not {kh}x{kw} with stride {self.stride} and padding {self.padding}; use 'auto'"
@@ -151,7 +176,9 @@ class Conv2d(Operator):
         `padded`, the conv3x3 kernel) when there is a workspace and the direct one otherwise
         ("auto": the fastest of them, given a workspace that holds one sample group of the
         pass)."""
-        (sh, sw), (ph, pw), g = self.stride, self.padding, self.group
+        (sh, sw), g = self.stride, self.group
+        ph, pw, pb, pr = self.pads
+        dh, dw = self.dilation
 
         # the workspace algorithms all take the workspace's array, so any can run in another's
         # place; under "auto", the first candidate is kept unless another is clearly faster
@@ -173,7 +200,7 @@ class Conv2d(Operator):
                 ws = None
         if ws is None:
             self.run(
-                lambda out_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw, g),
+                lambda out_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw, g, dh, dw, pb, pr),
                 reads=(a, b),
                 writes=(out,),
             )
@@ -324,12 +351,31 @@ def _time_candidates(device, candidates, arrays):
     return fastest if seconds[fastest] < MARGIN * seconds[first] else first
 
 
-def conv2d(x, W, b=None, stride=1, padding=0, algorithm="auto", group=1):
-    """Functional form: conv2d(x, W, b, stride, padding)."""
-    op = Conv2d(pair(stride), pair(padding), algorithm, group)
+def conv2d(x, W, b=None, stride=1, padding=0, algorithm="auto", group=1, dilation=1):
+    """Functional form: conv2d(x, W, b, stride, padding); padding one int, (ph, pw) or
+    (top, left, bottom, right), dilation one int or (dh, dw)."""
+    op = Conv2d(pair(stride), pair(padding), algorithm, group, pair(dilation))
     return op(x, W) if b is None else op(x, W, b)
 
 
 def pair(v):
-    """(v, v) for one int, else the two given values: SINGA's kernel/stride/padding sizes."""
+    """(v, v) for one int, else the values given: SINGA's kernel/stride/padding sizes."""
     return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def four_sides(padding, name):
+    """(top, left, bottom, right) of a padding given as (ph, pw), the same on both sides, or as
+    (top, left, bottom, right), ONNX's order for pads [x1_begin, x2_begin, x1_end, x2_end]."""
+    pads = tuple(padding)
+    if len(pads) not in (2, 4) or not all(_whole(p, 0) for p in pads):
+        raise ValueError(
+            f"{name}: padding {padding!r}; give (ph, pw) or (top, left, bottom, right), "
+            "whole numbers >= 0"
+        )
+    pads = tuple(int(p) for p in pads)
+    return pads * 2 if len(pads) == 2 else pads
+
+
+def _whole(v, least):
+    """Is v a whole number (a Python or NumPy int) >= least?"""
+    return isinstance(v, (int, np.integer)) and v >= least

@@ -1,7 +1,8 @@
 """SINGA's operators whose results are data, not gradients: shape, constant_of_shape,
 nonzero, cast, onehot, and the logical and/or/xor/not.
 
-They carry no gradient (the result is an integer, a shape or a mask), so each is computed on
+They carry no gradient (the result is an integer, a shape or a mask; cast to a float tensor's
+own dtype, a copy, is the exception), so each is computed on
 the host from the tensor's values, as SINGA's are, and returned as a new tensor: they cannot be
 recorded into a graph (they need the values), so call them outside a recorded step or on data
 that is known before it (masks, labels).
@@ -9,6 +10,7 @@ that is known before it (masks, labels).
 
 import numpy as np
 
+from nnmem.ops.arith import Scale
 from nnmem.ops.broadcast import compare
 from nnmem.ops.pointwise import compare_scalar
 from nnmem.tensor import Tensor, from_numpy, to_numpy
@@ -35,7 +37,12 @@ def nonzero(x):
 
 
 def cast(x, to):
-    """x converted to dtype `to` (a new tensor)."""
+    """x converted to dtype `to` (a new tensor). A cast of a float tensor to its own dtype (ONNX
+    graphs have them) is a copy by an operator, so the gradient flows through it; any other
+    cast is a host conversion with no gradient (an integer mask to float, float32 to float64)."""
+    singa_name = isinstance(to, str) and to in ("int", "float")  # 'float' is float32 here
+    if not singa_name and x.dtype.kind == "f" and np.dtype(to) == x.dtype:
+        return Scale(1.0)(x)
     return x.as_type(to)
 
 

@@ -1,4 +1,4 @@
-"""Pointwise functions of one tensor: tanh, exp, log, trigonometry, erf, softplus, ELU, ...,
+"""Pointwise functions of one tensor: tanh, exp, log, trigonometry, erf, softplus, ELU, GELU, ...,
 rounding and comparisons with a scalar (kernels/cpu/unary.py's table).
 
 Each saves only what its derivative reads: y for tanh, exp, sqrt and 1/x (so its forward may
@@ -26,6 +26,7 @@ __all__ = [
     "erf",
     "exp",
     "floor",
+    "gelu",
     "hardsigmoid",
     "leakyrelu",
     "log",
@@ -50,7 +51,7 @@ GRADIENT_READS = {"tanh": "y", "exp": "y", "log": "x", "square": "x", "sqrt": "y
 GRADIENT_READS.update(leakyrelu="x", reciprocal="y", pow="x", add_scalar=None, tan="y")
 GRADIENT_READS.update({f: "x" for f in "sin cos sinh cosh asin acos atan asinh acosh".split()})
 GRADIENT_READS.update(atanh="x", erf="x", softplus="x", softsign="x", hardsigmoid="x", clip="x")
-GRADIENT_READS.update(elu="both", selu="both")
+GRADIENT_READS.update(elu="both", selu="both", gelu="x", gelu_tanh="x")
 COMPARISONS = ("gt", "ge", "lt", "le", "eq")
 
 
@@ -143,6 +144,15 @@ def clip(x, min=None, max=None):  # noqa: A002 (SINGA's names)
     low = -float("inf") if min is None else min
     high = float("inf") if max is None else max
     return Pointwise("clip", low, high)(x)
+
+
+def gelu(x, approximate="none"):
+    """x * Phi(x), Phi the standard normal's CDF (ONNX Gelu, opset 20): exact with erf
+    ("none"), or with tanh ("tanh": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))))."""
+    codes = {"none": "gelu", "tanh": "gelu_tanh"}
+    if approximate not in codes:
+        raise ValueError(f"gelu: approximate={approximate!r}; give 'none' (erf) or 'tanh'")
+    return Pointwise(codes[approximate])(x)
 
 
 def leakyrelu(x, a=0.01):

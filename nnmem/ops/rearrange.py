@@ -4,17 +4,20 @@ slice, split, gather, tile, expand, pad, upsample (nearest), depth_to_space, spa
 Slicing, padding and expanding are real operators (a strided gather; a fill plus a strided
 scatter; a gather with stride 0 along the broadcast axes; the reverse maps for their
 gradients). The others are compositions: split and gather are slices (gather concatenates one
-slice per index, as SINGA's does), tile a concatenation, upsample an expand between reshapes
-per scaled axis, depth_to_space and space_to_depth a reshape, a 6-D transpose and a reshape.
-Their gradients come from those parts.
+slice per index, as SINGA's does; an embedding lookup is the Embedding operator), tile a
+concatenation, upsample an expand between reshapes per scaled axis, depth_to_space and
+space_to_depth a reshape, a 6-D transpose and a reshape. Their gradients come from those parts.
 """
 
 import builtins
 import math
 
+import numpy as np
+
 from nnmem.operation import Operator
 from nnmem.ops.arith import Reshape
 from nnmem.ops.broadcast import reduce_to
+from nnmem.ops.embedding import Embedding
 from nnmem.ops.shape import cat
 from nnmem.ops.strides import (
     axis_index,
@@ -25,6 +28,7 @@ from nnmem.ops.strides import (
 )
 from nnmem.ops.strides import pad as padded
 from nnmem.ops.transform import Slice, transpose
+from nnmem.tensor import Tensor, to_numpy
 
 __all__ = [
     "Expand",
@@ -72,10 +76,20 @@ def split(x, axis, parts, num_output=None):
 
 
 def gather(x, axis, indices):
-    """Entries `indices` (a list of ints, or a list of lists) of x along `axis`: output rank
-    rank(indices) + rank(x) - 1, as ONNX's Gather."""
+    """Entries `indices` of x along `axis`: output rank rank(indices) + rank(x) - 1, as ONNX's
+    Gather. `indices`: a list of ints, a list of lists, or a tensor. An int32 tensor along axis
+    0 (an embedding lookup: token ids into a table) is one Embedding operator: the ids are read
+    on the device, the gradient is summed into x's rows, and an id outside 0..rows-1 raises.
+    Other tensors' values are read on the host and taken as lists (negative ids count from the
+    end)."""
     axis = axis_index("gather", axis, x.ndim())
     size = x.shape[axis]
+    if isinstance(indices, Tensor):
+        if axis == 0 and indices.dtype == np.int32:
+            table = x if x.ndim() == 2 else Reshape((size, math.prod(x.shape[1:])))(x)
+            y = Embedding()(indices, table)
+            return y if x.ndim() == 2 else Reshape(indices.shape + x.shape[1:])(y)
+        indices = to_numpy(indices).tolist()
 
     def pick(index):
         if not -size <= index < size:
