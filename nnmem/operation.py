@@ -53,6 +53,26 @@ def name_scope(name):
         scope.pop()
 
 
+@contextlib.contextmanager
+def tracing():
+    """Record every operator call made in this thread inside the block, for exporters
+    (nnmem.sonnx): yields a list that gets one ``(operator, inputs, outputs)`` per call (tuples
+    of Tensors), in the order the calls ran, in training and inference alike. The list keeps
+    those tensors alive as long as it lives. An inner tracing() block records into its own
+    list only. Outside any block the cost is one attribute lookup per operator call."""
+    trace, outer = [], getattr(_local, "trace", None)
+    _local.trace = trace
+    try:
+        yield trace
+    finally:
+        _local.trace = outer
+
+
+def active_trace():
+    """The list of the innermost tracing() block running in this thread, or None."""
+    return getattr(_local, "trace", None)
+
+
 class Operator:
     """One differentiable operation. Subclasses write ``forward(*xs)`` and ``backward(*dys)``.
 
@@ -95,6 +115,9 @@ class Operator:
         scope = _scope()
         self.label = f"{scope[-1]}:{self.name}" if scope else self.name
         ys = self.forward(*xs)
+        trace = getattr(_local, "trace", None)
+        if trace is not None:
+            trace.append((self, xs, ys if isinstance(ys, tuple) else (ys,)))
         if not self.requires_grad:
             self.saved = ()
             return ys

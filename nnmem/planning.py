@@ -363,8 +363,12 @@ def _inputs(model, input_shape, dev, optimizer, dtype):
             "e.g. (16, 3, 224, 224)"
         )
     model.set_optimizer(optimizer or opt.SGD(lr=0.01, momentum=0.9))
+    # A model may say what it takes (nnmem.sonnx's SONNXModel does: token ids, and a label
+    # per token for a language model); otherwise `dtype` inputs and a class id per sample.
+    dtype = getattr(model, "input_dtype", dtype)
+    label_shape = getattr(model, "label_shape", lambda shape: (shape[0],))(input_shape)
     tx = tensor.PlaceHolder(input_shape, dev, dtype)
-    ty = tensor.PlaceHolder((input_shape[0],), dev, tensor.int32)
+    ty = tensor.PlaceHolder(label_shape, dev, tensor.int32)
     return tx, ty
 
 

@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = [
     ("command line", ["nnmem.cli", "nnmem.__main__"]),
     ("models, data, whole-step tools", ["nnmem.models", "nnmem.data", "nnmem.planning",
-                                        "nnmem.measure"]),
+                                        "nnmem.measure", "nnmem.sonnx"]),
     ("SINGA's user API", ["nnmem.model", "nnmem.step_options", "nnmem.step_cache", "nnmem.undo",
                           "nnmem.layer", "nnmem.layers", "nnmem.opt", "nnmem.optim",
                           "nnmem.checkpoint", "nnmem.singa_wrap"]),

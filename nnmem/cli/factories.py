@@ -88,7 +88,9 @@ def check_image_size(model, data, sample):
 
 
 def make_model(args, num_classes, num_channels):
-    """The model the flags describe (new, uninitialised)."""
+    """The model the flags describe (new, uninitialised; an ONNX file's with its weights)."""
+    if args.onnx_model is not None:
+        return args.onnx_model.create()
     return create_model(
         args.model, num_classes=num_classes, num_channels=num_channels, depth=args.depth
     )

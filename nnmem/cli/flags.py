@@ -2,13 +2,15 @@
 left out (its model, data, batch and ResNet depth: nnmem plan plans that step), which models
 need images larger than the data holds, and the checks both commands make once they run
 (arguments.py checks each value as it is parsed; these check flags against each other, and
-against the model).
+against the model), and the memory flags as each command declares them (--memory; nnmem
+train's --offload, --budget and --sync-offload).
 
 Each check raises a UsageError, which the command line prints on one line, before any data
 is loaded or any step is built.
 """
 
-from nnmem.cli.arguments import UsageError
+from nnmem.cli.arguments import UsageError, byte_size
+from nnmem.graph import offload
 from nnmem.step_options import MEMORY
 
 #: The model both commands take without --model: SINGA's CNN, which trains on the digits.
@@ -107,3 +109,29 @@ def check_offload_flags(args, default_offload, example_budget):
         raise UsageError(
             "argument --sync-offload: it is about offloading; leave it out with --offload none"
         )
+
+
+def offload_flags(p):
+    """--offload, --budget and --sync-offload, as nnmem train takes them: nothing is offloaded
+    unless --offload asks. nnmem plan declares its own three (its --offload defaults to all,
+    and its help speaks of plans); check_offload_flags checks both commands' values."""
+    p.add_argument(
+        "--offload",
+        default="none",
+        choices=list(offload.POLICIES),
+        help="move activations to host memory between forward and backward: conv (CONV "
+        "layers' inputs), all, or dyn (the fastest that fits --budget); see vDNN",
+    )
+    p.add_argument(
+        "--budget",
+        type=byte_size,
+        default=None,
+        help="the most memory the pool may use, e.g. 512MiB",
+    )
+    p.add_argument(
+        "--sync-offload",
+        action="store_true",
+        help="synchronise compute and copies at every layer's end (vDNN) instead of the "
+        "asynchronous engine (vDNNExt)",
+    )
+    memory_flag(p, "optimal prints what it decided after the first epoch")

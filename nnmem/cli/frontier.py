@@ -9,6 +9,11 @@ the optimal plan at its own memory, and one right of the curve needs more memory
 
 import json
 
+import numpy as np
+
+from nnmem import planning
+from nnmem.cli.arguments import format_shape
+from nnmem.cli.progress import Progress
 from nnmem.memory import format_bytes
 
 #: Markers for the heuristics, by offload policy; colours and sizes by recompute policy: hollow
@@ -22,6 +27,23 @@ COLOURS = {
     "cost-aware": "tab:red",
 }
 SIZES = {"none": 220, "speed": 140, "cost-aware": 70, "memory": 25}
+
+
+def write_frontier(args, model, input_shape):
+    """nnmem plan --frontier: the frontier of `model` (new, uninitialised) training on batches
+    of `input_shape`, printed, and drawn to the file --frontier names."""
+    with Progress("plan", f"the frontier of {args.model}, input {format_shape(input_shape)}") as p:
+        frontier = planning.frontier(
+            model,
+            input_shape,
+            dtype=np.dtype(args.dtype),
+            progress=p.stage,
+            link_gbps=args.link_gbps,
+        )
+    print()
+    print_frontier(frontier)
+    draw_frontier(frontier, args.frontier)
+    print(f"  frontier drawn to {args.frontier} (its data: beside it, .json)")
 
 
 def print_frontier(frontier):

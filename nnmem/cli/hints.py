@@ -70,11 +70,14 @@ def viewer_hint(args, sample, num_classes):
     """The note that says how to see the tensors live at this step's peak: the nnmem plan
     command of this run's step, which writes its memory viewer (planned: nnmem plan runs
     nothing, so it cannot run out of memory). A Fix."""
-    flags = f"--model {args.model}"
-    if args.model == "resnet":
-        flags += f" --depth {args.depth}"
-    if num_classes != 10:
-        flags += f" --num-classes {num_classes}"
+    if args.onnx_model is not None:  # the graph fixes the classes
+        flags = args.onnx
+    else:
+        flags = f"--model {args.model}"
+        if args.model == "resnet":
+            flags += f" --depth {args.depth}"
+        if num_classes != 10:
+            flags += f" --num-classes {num_classes}"
     flags += f" --batch {args.batch_size} --input {format_shape(sample)}"
     if args.recompute != "none":  # (left out, the plan's recompute rows are cost-aware)
         flags += f" --recompute {args.recompute}"

@@ -10,6 +10,7 @@ on stderr as it searches; with --timeline FILE.html, the memory viewer of the pl
 techniques (a click on an operation lists the tensors live there), or with FILE.png their
 plot. A step that takes more than a few seconds to plan says so on stderr (progress.py).
 
+``nnmem plan MODEL.onnx`` plans an ONNX file's graph on its own input (onnx_model.py).
 Without flags it plans the step that ``nnmem train`` runs without flags (flags.py: the CNN, a
 batch of 64 of the shipped digits, 1x28x28); without --input and --batch-size, the step that
 ``nnmem train`` runs for the same --model.
@@ -19,7 +20,7 @@ import functools
 
 import numpy as np
 
-from nnmem import planning
+from nnmem.cli import onnx_model
 from nnmem.cli.arguments import (
     UsageError,
     byte_size,
@@ -46,11 +47,11 @@ from nnmem.cli.flags import (
     image_too_small,
     memory_flag,
 )
-from nnmem.cli.frontier import draw_frontier, print_frontier
+from nnmem.cli.frontier import write_frontier
 from nnmem.cli.plan_search import Plans, StepTooLarge, find_batch, find_depth
 from nnmem.cli.plan_table import print_plan
 from nnmem.cli.progress import Progress
-from nnmem.cli.timeline import require_matplotlib, write_timeline
+from nnmem.cli.timeline import require_matplotlib, write_plan_timeline
 from nnmem.graph.offload import POLICIES
 from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.models import MODELS, create_model, resnet
@@ -74,11 +75,13 @@ def add_parser(commands):
         description="Plan a training step's memory on shapes alone, running nothing: for each "
         "technique (baseline, liveness, recomputation, offloading, all three) its peak, its "
         "lower bound and the operation at its peak; with --budget, which fit; with "
-        "--find-depth or --find-batch, the deepest ResNet or the largest batch that fits.",
+        "--find-depth or --find-batch, the deepest ResNet or the largest batch that fits. "
+        "The model: one of the zoo's (--model) or an ONNX file's graph (MODEL.onnx).",
     )
+    onnx_model.add_plan_arguments(p)
     p.add_argument(
         "--model",
-        default=DEFAULT_MODEL,
+        default=None,
         help=f"one of {', '.join(sorted(MODELS))} (default: {DEFAULT_MODEL}, as nnmem train)",
     )
     p.add_argument(
@@ -109,14 +112,16 @@ def add_parser(commands):
         "--batch",
         type=positive_int,
         default=None,
-        help=f"samples per batch (default {DEFAULT_BATCH}, as nnmem train)",
+        help=f"samples per batch (default {DEFAULT_BATCH}, as nnmem train; with an ONNX "
+        "model, its graph's batch, or 1 where that is symbolic)",
     )
     p.add_argument(
         "--input",
         type=sample_shape,
         default=None,
         help="one sample's shape, e.g. 3x224x224 (default: what nnmem train feeds "
-        "the model, 1x28x28; 3x227x227 for alexnet, 3x224x224 for vgg16)",
+        "the model, 1x28x28; 3x227x227 for alexnet, 3x224x224 for vgg16; with an ONNX model, "
+        "its graph's)",
     )
     p.add_argument(
         "--recompute",
@@ -190,11 +195,17 @@ def add_parser(commands):
 
 
 def run(args):
-    if args.model not in MODELS:
-        raise UsageError(
-            f"argument --model: unknown model {args.model!r}; choose one of "
-            f"{', '.join(sorted(MODELS))}"
-        )
+    path = onnx_model.onnx_path(args)
+    if path is not None:
+        onnx_model.check_zoo_flags(args, path, onnx_model.PLAN_ZOO_FLAGS)
+    else:
+        onnx_model.check_onnx_only_flags(args)
+        args.model = args.model or DEFAULT_MODEL
+        if args.model not in MODELS:
+            raise UsageError(
+                f"argument --model: unknown model {args.model!r}; choose one of "
+                f"{', '.join(sorted(MODELS))}, or give an ONNX file (MODEL.onnx)"
+            )
     if (args.find_depth or args.find_batch) and args.budget is None:
         raise UsageError(
             "--find-depth and --find-batch search against a memory budget: "
@@ -216,25 +227,13 @@ def run(args):
         )
     require_matplotlib(args.timeline)
     require_matplotlib(args.frontier, "--frontier")
-    if args.find_depth and args.model != "resnet":
-        raise UsageError("argument --find-depth: it searches ResNet depths; use --model resnet")
     check_flags_apply(args)
-    args.depth = depth_of(args)
-    if args.batch_size is None:
-        args.batch_size = DEFAULT_BATCH
-    # Models whose pooling shrinks a 28x28 image to nothing (flags.SMALLEST_IMAGE: they cannot
-    # train on the digits) are planned on the input of their papers (flags.PAPER_SAMPLES).
-    sample = args.input or PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE)
-    smallest = image_too_small(args.model, sample)
-    if smallest is not None:
-        raise UsageError(
-            f"argument --input: {args.model} needs images of at least {smallest}x{smallest}, "
-            f"got {format_shape(sample)}; e.g. --input "
-            f"{format_shape(PAPER_SAMPLES[args.model])}, as in its paper"
-        )
-    if args.model == "resnet" and not args.find_depth:
-        # the depth's own rules (6n + 2, ...), before anything is planned
-        check_depth_rules(lambda: model_of(args, sample, args.depth))
+    if path is not None:  # the graph's own input, with the flags' sizes
+        args.onnx_model = onnx_model.read(path, weights=False)
+        args.model = args.onnx_model.name
+        args.batch_size, sample = onnx_model.plan_input(args, args.onnx_model)
+    else:
+        sample = zoo_sample(args)
     plans = Plans(args, functools.partial(plan_step, args, sample))
     if args.find_depth:
         args.depth = find_depth(args, plans, valid_depths(args, sample))
@@ -254,30 +253,36 @@ def run(args):
         raise step
     print_plan(step, args.budget)
     if args.frontier:
-        write_frontier(args, sample)
+        write_frontier(args, model_of(args, sample, args.depth), (args.batch_size,) + sample)
     if args.timeline:
         if step.techniques[0].timeline.tensors is None:  # a search's plan: planned again
             step = plans.with_tensors(args.batch_size, args.depth)
         with Progress("plan", f"writing {args.timeline}"):
-            write_plan_timeline(args, step)
+            write_plan_timeline(args.timeline, step)
     return 0
 
 
-def write_frontier(args, sample):
-    """--frontier: the frontier of the step the flags describe, printed and drawn."""
-    batch = (args.batch_size,) + sample
-    with Progress("plan", f"the frontier of {args.model}, input {format_shape(batch)}") as work:
-        frontier = planning.frontier(
-            model_of(args, sample, args.depth),
-            batch,
-            dtype=np.dtype(args.dtype),
-            progress=work.stage,
-            link_gbps=args.link_gbps,
+def zoo_sample(args):
+    """Check the zoo model's flags against each other; return one sample's shape."""
+    if args.find_depth and args.model != "resnet":
+        raise UsageError("argument --find-depth: it searches ResNet depths; use --model resnet")
+    args.depth = depth_of(args)
+    if args.batch_size is None:
+        args.batch_size = DEFAULT_BATCH
+    # Models whose pooling shrinks a 28x28 image to nothing (flags.SMALLEST_IMAGE: they cannot
+    # train on the digits) are planned on the input of their papers (flags.PAPER_SAMPLES).
+    sample = args.input or PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE)
+    smallest = image_too_small(args.model, sample)
+    if smallest is not None:
+        raise UsageError(
+            f"argument --input: {args.model} needs images of at least {smallest}x{smallest}, "
+            f"got {format_shape(sample)}; e.g. --input "
+            f"{format_shape(PAPER_SAMPLES[args.model])}, as in its paper"
         )
-    print()
-    print_frontier(frontier)
-    draw_frontier(frontier, args.frontier)
-    print(f"  frontier drawn to {args.frontier} (its data: beside it, .json)")
+    if args.model == "resnet" and not args.find_depth:
+        # the depth's own rules (6n + 2, ...), before anything is planned
+        check_depth_rules(lambda: model_of(args, sample, args.depth))
+    return sample
 
 
 def check_flags_apply(args):
@@ -296,20 +301,6 @@ def check_flags_apply(args):
     ):
         if value:
             raise UsageError(f"argument {flag}: {search} searches for it; leave one of the two out")
-
-
-def write_plan_timeline(args, step):
-    """--timeline: every technique of `step` (a StepPlan with its tensors), the viewer showing
-    liveness first; a plot gets liveness's lower bound."""
-    liveness = next(t for t in step.techniques if t.technique == "liveness")
-    write_timeline(
-        args.timeline,
-        [t.timeline for t in step.techniques],
-        f"{step.model}, input {format_shape(step.input_shape)}: memory of one training step, "
-        "planned",
-        lower_bound=liveness.lower_bound_bytes,
-        selected="liveness",
-    )
 
 
 def valid_depths(args, sample):
@@ -338,6 +329,8 @@ def stem_of(args, sample):
 
 def model_of(args, sample, depth):
     """The model the flags describe (new, uninitialised), at `depth`, for samples `sample`."""
+    if args.onnx_model is not None:
+        return args.onnx_model.create()
     kwargs = dict(
         depth=depth,
         stem=stem_of(args, sample),
@@ -362,7 +355,7 @@ def plan_step(args, sample, batch, depth, tensors=None, progress=None):
     if args.width != 1:
         step += f" at --width {args.width:g}"
     try:
-        return plan(
+        planned = plan(
             model_of(args, sample, depth),
             (batch,) + sample,
             recompute=args.recompute,
@@ -382,6 +375,9 @@ def plan_step(args, sample, batch, depth, tensors=None, progress=None):
             e.capacity,
         ) from None
     except ValueError as e:  # a layer refused the sample's shape
+        flag = "--image-size" if args.image_size else "--sequence" if args.sequence else None
+        if args.onnx_model is not None and (flag or args.input):
+            raise args.onnx_model.refused(flag or "--input", sample, e) from None
         if args.input is None:  # the default sample fits every model: not the user's input
             raise
         usual = format_shape(PAPER_SAMPLES.get(args.model, TRAIN_SAMPLE))
@@ -394,3 +390,5 @@ def plan_step(args, sample, batch, depth, tensors=None, progress=None):
             f"{step} has sizes too large to count ({e}): the input, --width or --num-classes "
             "is too large; plan a smaller --input, --width, --num-classes or --batch-size"
         ) from None
+    # an ONNX graph's plan is named after its file (a zoo model's, after its class)
+    return planned if args.onnx_model is None else planned._replace(model=args.model)

@@ -15,7 +15,7 @@ import json
 import os
 
 from nnmem import device
-from nnmem.cli.arguments import UsageError, is_html
+from nnmem.cli.arguments import UsageError, format_shape, is_html
 from nnmem.cli.factories import make_model
 from nnmem.measure import measure_lanes, measure_step
 from nnmem.memory import format_bytes
@@ -69,6 +69,20 @@ def write_timeline(path, timelines, title, lower_bound, lanes=None, data=None, s
             f,
         )
     print(f"  timeline written to {path} (data: {data_path})")
+
+
+def write_plan_timeline(path, step):
+    """nnmem plan --timeline: every technique of `step` (a StepPlan with its tensors), the
+    viewer showing liveness first; a plot gets liveness's lower bound."""
+    liveness = next(t for t in step.techniques if t.technique == "liveness")
+    write_timeline(
+        path,
+        [t.timeline for t in step.techniques],
+        f"{step.model}, input {format_shape(step.input_shape)}: memory of one training step, "
+        "planned",
+        lower_bound=liveness.lower_bound_bytes,
+        selected="liveness",
+    )
 
 
 def measurement_pool(args):

@@ -1,12 +1,12 @@
-"""nnmem train: train a zoo model on a data set and report, per epoch, the loss, the test
-accuracy, images per second and the pool's peak memory.
+"""nnmem train: train a zoo model (or an ONNX file's, --onnx) on a data set and report, per
+epoch, the loss, the test accuracy, images per second and the pool's peak memory.
 
 This file holds the command's flags and its loop; what it builds from the flags is in
-factories.py, the flags it shares with nnmem plan in flags.py, a run under mpiexec in
-distributed.py, the notes of an out-of-memory error in hints.py, --timeline in timeline.py,
---save-states and --resume in resume.py, and what it says besides its epoch lines (kernels
-compiling, the speed, --concurrency's choice, what offloading moved, the closing summary) in
-train_report.py.
+factories.py, the flags it shares with nnmem plan (and its offloading flags) in flags.py, an
+ONNX file's checks in onnx_model.py, a run under mpiexec in distributed.py, the notes of an
+out-of-memory error in hints.py, --timeline in timeline.py, --save-states and --resume in
+resume.py, and what it says besides its epoch lines (kernels compiling, the speed,
+--concurrency's choice, what offloading moved, the closing summary) in train_report.py.
 """
 
 import itertools
@@ -19,7 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from nnmem import tensor
-from nnmem.cli import arguments, flags
+from nnmem.cli import arguments, flags, onnx_model
 from nnmem.cli.arguments import UsageError
 from nnmem.cli.distributed import check_dist_flags, create_dist_opt, dist_flags
 from nnmem.cli.divergence import StateCopy, diverged
@@ -37,7 +37,7 @@ from nnmem.cli.timeline import require_matplotlib, write_train_timeline
 from nnmem.cli.train_report import TrainReport, offload_summary, optimal_summary, summary_line
 from nnmem.communicator import launched_with_mpi
 from nnmem.data import iterate_batches, load, shard
-from nnmem.graph import concurrency, offload, recompute
+from nnmem.graph import concurrency, recompute
 from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.models import MODELS
 
@@ -52,7 +52,8 @@ def add_parser(commands):
         "sets the step up, and any batch during which Numba compiles kernels) and the pool's "
         "peak memory; then a summary.",
     )
-    p.add_argument(
+    model = p.add_mutually_exclusive_group()
+    model.add_argument(
         "--model",
         default=flags.DEFAULT_MODEL,
         type=trainable_model,
@@ -61,6 +62,7 @@ def add_parser(commands):
         f"{'needs' if len(untrainable) == 1 else 'need'} larger images than any data set --data "
         "loads: nnmem plan plans them",
     )
+    onnx_model.add_train_argument(model)
     p.add_argument(
         "--depth",
         type=arguments.resnet_depth,
@@ -91,7 +93,7 @@ def add_parser(commands):
         "--recompute plans it: speed (keep what is rebuilt until its last use), memory (rebuild "
         "for each use: least memory), cost-aware (keep what cannot raise the peak)",
     )
-    offload_flags(p)
+    flags.offload_flags(p)
     p.add_argument(
         "--link-gbps",
         type=arguments.link_gbps,
@@ -148,32 +150,6 @@ def add_parser(commands):
     p.set_defaults(run=run)
 
 
-def offload_flags(p):
-    """--offload, --budget and --sync-offload, as nnmem train takes them: nothing is offloaded
-    unless --offload asks. nnmem plan declares its own three (its --offload defaults to all,
-    and its help speaks of plans); flags.check_offload_flags checks both commands' values."""
-    p.add_argument(
-        "--offload",
-        default="none",
-        choices=list(offload.POLICIES),
-        help="move activations to host memory between forward and backward: conv (CONV "
-        "layers' inputs), all, or dyn (the fastest that fits --budget); see vDNN",
-    )
-    p.add_argument(
-        "--budget",
-        type=arguments.byte_size,
-        default=None,
-        help="the most memory the pool may use, e.g. 512MiB",
-    )
-    p.add_argument(
-        "--sync-offload",
-        action="store_true",
-        help="synchronise compute and copies at every layer's end (vDNN) instead of the "
-        "asynchronous engine (vDNNExt)",
-    )
-    flags.memory_flag(p, "optimal prints what it decided after the first epoch")
-
-
 def run(args):
     flags.check_offload_flags(args, default_offload="none", example_budget="512MiB")
     flags.check_memory_flags(
@@ -209,20 +185,27 @@ def run(args):
             "nnmem train --save-states wrote"
         )
     require_matplotlib(args.timeline)
+    if args.onnx is not None:  # read and checked before any data is loaded
+        args.onnx_model = onnx_model.read_for_training(args)
+        args.model = args.onnx_model.name
     args.depth = flags.depth_of(args)
     if args.model == "resnet":  # the depth's own rules (6n + 2, ...), before any data is loaded
         flags.check_depth_rules(lambda: make_model(args, num_classes=10, num_channels=1))
     world_size = launched_with_mpi()
     check_dist_flags(args, world_size)
     x_train, y_train, x_test, y_test = load(args.data)
-    check_image_size(args.model, args.data, x_train.shape[1:])
+    num_classes = int(max(y_train.max(), y_test.max())) + 1
+    if args.onnx_model is None:
+        check_image_size(args.model, args.data, x_train.shape[1:])
+    else:
+        fitted = onnx_model.fit_data(args.onnx_model, args.data, x_train, x_test, num_classes)
+        x_train, x_test = fitted
     if args.batch_size > len(x_train):
         raise UsageError(
             f"argument --batch-size/--batch: {args.batch_size} is more than the "
             f"{len(x_train)} training images of {args.data}; use at most "
             f"{len(x_train)}"
         )
-    num_classes = int(max(y_train.max(), y_test.max())) + 1
     dist = None if world_size == 1 else create_dist_opt(args)
     if dist is not None:
         x_train, y_train = shard((x_train, y_train), dist.global_rank, dist.world_size)
@@ -387,7 +370,8 @@ def evaluate(model, tx, x, y):
     for start in range(0, len(y), batch):
         xb, yb = x[start : start + batch], y[start : start + batch]
         tx.copy_from_numpy(_pad(xb, batch))
-        logits = tensor.to_numpy(model(tx))[: len(yb)]
+        out = model(tx)  # an ONNX model's forward gives a list of outputs: the first
+        logits = tensor.to_numpy(out[0] if isinstance(out, list) else out)[: len(yb)]
         correct += int((logits.argmax(axis=1) == yb).sum())
     return correct / len(y)
 
