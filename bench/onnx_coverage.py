@@ -20,27 +20,21 @@ are probabilities of a final Softmax over equal logits of ~1e19 (ConstantOfShape
 ill-conditioned: a light model can fail here on that alone. The last line is the JSON.
 """
 
+import argparse
+import collections
 import os
-import sys
+import re
+import tempfile
+import time
+import unittest
+import warnings
 
-# bench/onnx.py would shadow the onnx package (bench/ is first on sys.path): bench/ goes last.
-_BENCH = os.path.dirname(os.path.abspath(__file__))
-sys.path = [p for p in sys.path if os.path.abspath(p or os.curdir) != _BENCH] + [_BENCH]
+import onnx.backend.test
+from onnx_plans import machine
+from train import emit_json
 
-import argparse  # noqa: E402
-import collections  # noqa: E402
-import platform  # noqa: E402
-import re  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import unittest  # noqa: E402
-import warnings  # noqa: E402
-
-import onnx.backend.test  # noqa: E402
-from train import emit_json  # noqa: E402
-
-from nnmem.cli.arguments import output_file  # noqa: E402
-from nnmem.sonnx import SingaBackend, Unsupported  # noqa: E402
+from nnmem.cli.arguments import output_file
+from nnmem.sonnx import SingaBackend, Unsupported
 
 #: folder of onnx's test data -> the runner's test class of its cases (`light`: the runner's
 #: "real" models, whose files the wheel ships as light_*.onnx)
@@ -126,16 +120,6 @@ def _summary(trace):
             break
         kept.append(line.strip())
     return " ".join(k for k in kept if k)
-
-
-def machine():
-    """One line naming this machine: CPU model, cores."""
-    model = platform.processor() or platform.machine()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        model = names[0] if names else model
-    return f"{model}, {platform.machine()}, {os.cpu_count()} CPUs"
 
 
 def main():

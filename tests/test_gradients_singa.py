@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gradcheck import check_gradients
 
-from nnmem import autograd, device, layer, tensor
+from nnmem import autograd, device, layer, operation, tensor
 
 rng = np.random.default_rng(7)
 
@@ -171,6 +171,26 @@ def test_gemm(trans_a, trans_b):
     b = randn(5, 4) if trans_b else randn(4, 5)
     check_gradients(
         lambda x, y, c: autograd.gemm(x, y, c, 0.5, 2.0, trans_a, trans_b), a, b, randn(5)
+    )
+
+
+def test_gemm_reads_its_operands_transposed_in_place():
+    """A fully connected layer as ONNX writes it, y = x W^T + b: one GEMM reads W transposed
+    where it lies; no transposed copy of W is made in forward, none of dW in backward."""
+    dev = device.create_cpu_device("16MiB")
+    x = tensor.Tensor((2, 4), dev, requires_grad=True, stores_grad=True).gaussian(0.0, 1.0)
+    w = tensor.Tensor((3, 4), dev, requires_grad=True, stores_grad=True).gaussian(0.0, 1.0)
+    autograd.training = True
+    try:
+        with operation.tracing() as trace:
+            y = autograd.gemm(x, w, None, 1.0, 1.0, 0, 1)
+        grads = autograd.gradients(autograd.reduce_sum(y, keepdims=False))
+    finally:
+        autograd.training = False
+    assert [type(op).__name__ for op, _, _ in trace] == ["TransposedMatmul"]
+    assert grads[w].shape == (3, 4) and grads[x].shape == (2, 4)
+    np.testing.assert_allclose(
+        tensor.to_numpy(y), tensor.to_numpy(x) @ tensor.to_numpy(w).T, rtol=1e-6
     )
 
 

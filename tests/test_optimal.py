@@ -273,3 +273,23 @@ def test_a_plan_plays_on_two_clocks():
     assert copies <= seconds <= slow.costs.step_seconds + copies
     assert seconds > 0.9 * copies > 10 * slow.costs.step_seconds
     assert slow.seconds(slow.liveness) == pytest.approx(slow.costs.step_seconds)
+
+
+@pytest.mark.parametrize("batch", [8, 16])
+def test_the_flop_model_counts_a_convolution_whatever_its_batch(batch):
+    """A 3x3 convolution of 16 channels into 16 on 8x8: 2 N*16*8*8 * 16*3*3 flops in each
+    pass, also at batch 16, where the input (N, C, H, W) pairs with the output as the filters
+    (O, C, KH, KW) do (before, the larger pair was counted: 8x8/3x3 times too many)."""
+    from types import SimpleNamespace as Spec
+
+    from nnmem.graph.costs import flops
+
+    x, w, y = (
+        Spec(shape=(batch, 16, 8, 8)),
+        Spec(shape=(16, 16, 3, 3)),
+        Spec(shape=(batch, 16, 8, 8)),
+    )
+    expected = 2 * batch * 16 * 8 * 8 * 16 * 3 * 3
+    passes = [([y], [x, w]), ([x], [y, w]), ([w], [x, y])]  # forward, backward data, filter
+    for writes, reads in passes:
+        assert flops(Spec(name="conv:Conv2d", writes=writes, reads=reads)) == expected

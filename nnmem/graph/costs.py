@@ -75,13 +75,15 @@ def flops(node):
     op = node.name.split(" ")[0].split(":")[-1]
     shapes = [tuple(s.shape) for s in node.writes + node.reads]
     if op == "Conv2d":
+        # y and W are the pair with y[1] == W[0] (O). When the batch equals O (DenseNet's 32
+        # channels at batch 32), the input x = (N, C, H, W) pairs with y too: W is then the
+        # smaller of the two (C*KH*KW*O elements against N*C*H*W), so the smallest pair counts.
         four = [s for s in shapes if len(s) == 4]
-        best = 0
-        for y in four:
-            for w in four:
-                if w is not y and y[1] == w[0]:
-                    best = max(best, 2 * math.prod(y) * math.prod(w) // w[0])
-        return best
+        pairs = [(y, w) for y in four for w in four if w is not y and y[1] == w[0]]
+        if not pairs:
+            return 0
+        y, w = min(pairs, key=lambda pair: math.prod(pair[1]))
+        return 2 * math.prod(y) * math.prod(w) // w[0]
     if op == "Matmul":
         two = [math.prod(s) for s in shapes if len(s) == 2][:3]
         if len(two) == 3:

@@ -20,10 +20,9 @@ import numpy as np
 
 from nnmem.ops.arith import Scale
 from nnmem.ops.broadcast import binary
-from nnmem.ops.linear import matmul
+from nnmem.ops.linear import TransposedMatmul
 from nnmem.ops.pointwise import add_scalar, log, pow_scalar, sqrt
 from nnmem.ops.reduce import reduce_mean, reduce_sum
-from nnmem.ops.transform import transpose
 from nnmem.tensor import Tensor
 
 __all__ = [
@@ -98,10 +97,9 @@ def where(x, y, condition):
 
 
 def gemm(A, B, C=None, alpha=1.0, beta=1.0, transA=0, transB=0):
-    """alpha * A' @ B' + beta * C (C broadcast to the product's shape, optional)."""
-    a = transpose(A) if transA else A
-    b = transpose(B) if transB else B
-    y = matmul(a, b)
+    """alpha * A' @ B' + beta * C (C broadcast to the product's shape, optional); A' and B'
+    are read transposed in place (linear.TransposedMatmul): no transposed copy is kept."""
+    y = TransposedMatmul(transA, transB)(A, B)
     y = y if alpha == 1.0 else Scale(alpha)(y)
     if C is None:
         return y

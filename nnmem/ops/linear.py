@@ -7,7 +7,7 @@ import numpy as np
 from nnmem.operation import Operator
 from nnmem.ops.broadcast import reduce_to
 
-__all__ = ["AddBias", "Matmul", "add_bias", "matmul"]
+__all__ = ["AddBias", "Matmul", "TransposedMatmul", "add_bias", "matmul"]
 
 
 class Matmul(Operator):
@@ -68,6 +68,64 @@ class Matmul(Operator):
             db = self.output(batch + b_shape[-2:], dy.dtype)
             self.run(_batched(K.matmul, True, False, at_a, every), reads=(a, dy), writes=(db,))
             db = reduce_to(self, db, b_shape)
+        return da, db
+
+
+class TransposedMatmul(Operator):
+    """y = op(a) @ op(b) for 2-D a and b, op the transpose where `trans_a` / `trans_b` say
+    (ONNX's and SINGA's Gemm: a fully connected layer stores W as (out, in), transB=1). The
+    GEMM reads an operand transposed where it lies, so forward makes no transposed copy, and
+    each gradient is written once, in its operand's own layout:
+
+        da = dy op(b)^T, or op(b) dy^T with trans_a;  db = op(a)^T dy, or dy^T op(a) with trans_b
+    """
+
+    def __init__(self, trans_a=False, trans_b=False):
+        super().__init__("Matmul")  # the same pass as Matmul's (the cost model counts its flops)
+        self.trans_a, self.trans_b = bool(trans_a), bool(trans_b)
+
+    def forward(self, a, b):
+        ta, tb = self.trans_a, self.trans_b
+        if a.ndim() != 2 or b.ndim() != 2:
+            raise ValueError(f"gemm: operands {a.shape} and {b.shape}; gemm takes 2-D matrices")
+        n, k = a.shape[::-1] if ta else a.shape
+        k_b, m = b.shape[::-1] if tb else b.shape
+        if k != k_b:
+            raise ValueError(
+                f"gemm: op(A) of {(n, k)} and op(B) of {(k_b, m)} do not chain "
+                f"(transA={int(ta)}, transB={int(tb)})"
+            )
+        if a.dtype != b.dtype:
+            raise TypeError(f"gemm: dtypes {a.dtype} and {b.dtype} differ; make them equal")
+        y = self.output((n, m), a.dtype)
+        matmul = self.kernels.matmul
+        self.run(lambda y_, a_, b_: matmul(y_, a_, b_, trans_a=ta, trans_b=tb),
+                 reads=(a, b), writes=(y,))  # fmt: skip
+        self.save(a if self.needs_grad[1] else None, b if self.needs_grad[0] else None)
+        self.shapes = a.shape, b.shape
+        return y
+
+    def backward(self, dy):
+        matmul, ta, tb = self.kernels.matmul, self.trans_a, self.trans_b
+        a, b = self.saved
+        a_shape, b_shape = self.shapes
+        da = db = None
+        if self.needs_grad[0]:
+            da = self.output(a_shape, dy.dtype)
+            if ta:  # da = op(b) dy^T
+                self.run(lambda da_, b_, dy_: matmul(da_, b_, dy_, trans_a=tb, trans_b=True),
+                         reads=(b, dy), writes=(da,))  # fmt: skip
+            else:  # da = dy op(b)^T
+                self.run(lambda da_, dy_, b_: matmul(da_, dy_, b_, trans_b=not tb),
+                         reads=(dy, b), writes=(da,))  # fmt: skip
+        if self.needs_grad[1]:
+            db = self.output(b_shape, dy.dtype)
+            if tb:  # db = dy^T op(a)
+                self.run(lambda db_, dy_, a_: matmul(db_, dy_, a_, trans_a=True, trans_b=ta),
+                         reads=(dy, a), writes=(db,))  # fmt: skip
+            else:  # db = op(a)^T dy
+                self.run(lambda db_, a_, dy_: matmul(db_, a_, dy_, trans_a=not ta),
+                         reads=(a, dy), writes=(db,))  # fmt: skip
         return da, db
 
 

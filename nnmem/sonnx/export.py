@@ -28,10 +28,13 @@ from nnmem.ops.batchnorm import BatchNorm2d
 from nnmem.ops.broadcast import Broadcast
 from nnmem.ops.conv import Conv2d
 from nnmem.ops.dropout import Dropout
-from nnmem.ops.linear import AddBias, Matmul
+from nnmem.ops.embedding import Embedding
+from nnmem.ops.layernorm import LayerNorm
+from nnmem.ops.linear import AddBias, Matmul, TransposedMatmul
 from nnmem.ops.lrn import LRN
 from nnmem.ops.pointwise import Pointwise
 from nnmem.ops.pooling import Pooling2d
+from nnmem.ops.reduce import Sum
 from nnmem.ops.shape import Cat, Flatten
 from nnmem.ops.softmax import SoftMax
 from nnmem.ops.transform import Transpose
@@ -241,22 +244,21 @@ def _same(op_type):
 
 
 def _conv(b, op, xs, ys):
-    (sh, sw), (ph, pw) = op.stride, op.padding
+    """nnmem's pads are ONNX's order: top, left, bottom, right."""
     kernel = list(xs[1].shape[2:])
-    b.node(
-        "Conv", xs, ys, kernel_shape=kernel, strides=[sh, sw], pads=[ph, pw, ph, pw], group=op.group
-    )
+    b.node("Conv", xs, ys, kernel_shape=kernel, strides=list(op.stride), pads=list(op.pads),
+           dilations=list(op.dilation), group=op.group)  # fmt: skip
 
 
 def _pool(b, op, xs, ys):
-    """nnmem's max pooling never picks the padding, and its average divides by the whole
-    window, padding included: ONNX's MaxPool, and AveragePool with count_include_pad=1."""
-    (sh, sw), (ph, pw) = op.stride, op.padding
-    window = dict(kernel_shape=list(op.kernel), strides=[sh, sw], pads=[ph, pw, ph, pw])
+    """nnmem's max pooling never picks the padding; its average divides by the whole window
+    (count_include_pad=1, nnmem's default) or by the real elements in it (0, ONNX's)."""
+    window = dict(kernel_shape=list(op.kernel), strides=list(op.stride), pads=list(op.pads),
+                  ceil_mode=int(op.ceil_mode))  # fmt: skip
     if op.is_max:
         b.node("MaxPool", xs, ys, **window)
     else:
-        b.node("AveragePool", xs, ys, count_include_pad=1, **window)
+        b.node("AveragePool", xs, ys, count_include_pad=int(op.count_include_pad), **window)
 
 
 def _batchnorm(b, op, xs, ys):
@@ -267,8 +269,40 @@ def _batchnorm(b, op, xs, ys):
 
 
 def _lrn(b, op, xs, ys):
-    """Both divide by (k + alpha/size * sum of squares)^beta over the same channel window."""
+    """Both divide by (k + alpha/size * sum of squares)^beta; ONNX's window starts
+    (size - 1) // 2 channels before c, nnmem's `before` channels (the same for odd sizes)."""
+    if op.before != (op.size - 1) // 2:
+        raise ExportError(
+            f"to_onnx: LRN (in {op.label!r}) of size {op.size} has its window {op.before} "
+            f"channels before c; ONNX's LRN has it {(op.size - 1) // 2}"
+        )
     b.node("LRN", xs, ys, size=op.size, alpha=op.alpha, beta=op.beta, bias=op.k)
+
+
+def _gemm(b, op, xs, ys):
+    b.node("Gemm", xs, ys, transA=int(op.trans_a), transB=int(op.trans_b))
+
+
+def _reduce(b, op, xs, ys):
+    """ReduceSum (its axes an input since opset 13) or ReduceMean (an attribute until opset
+    18) over the axes the traced forward summed, all by default."""
+    axes = list(range(len(xs[0].shape)) if op.axes is None else np.atleast_1d(op.axes).tolist())
+    keepdims = int(op.keepdims)
+    if op.mean:
+        b.node("ReduceMean", xs, ys, axes=axes, keepdims=keepdims)
+    else:
+        b.node("ReduceSum", [xs[0], b.constant(np.array(axes, np.int64), "axes")], ys,
+               keepdims=keepdims)  # fmt: skip
+
+
+def _embedding(b, op, xs, ys):
+    """Rows of the table W picked by the int32 ids: Gather(W, ids) along axis 0."""
+    ids, table = xs
+    b.node("Gather", [table, ids], ys, axis=0)
+
+
+def _layer_norm(b, op, xs, ys):
+    b.node("LayerNormalization", xs, ys, axis=op.axis, epsilon=op.epsilon)
 
 
 def _reshape(b, op, xs, ys):
@@ -321,6 +355,10 @@ CONVERTERS = {
     Sigmoid: _same("Sigmoid"),
     Dropout: _same("Identity"),  # traced while training; at inference y = x
     Matmul: _same("MatMul"),
+    TransposedMatmul: _gemm,
+    LayerNorm: _layer_norm,
+    Sum: _reduce,
+    Embedding: _embedding,
     AddBias: _same("Add"),  # x (n, f) + b (f,): ONNX broadcasts b over the rows
     Add: _same("Add"),
     Sub: _same("Sub"),
