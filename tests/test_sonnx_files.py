@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from nnmem import device, sonnx
+from nnmem import autograd, device, sonnx
 from nnmem.planning import plan
 from nnmem.sonnx import OnnxFileError, Unsupported
 
@@ -153,3 +153,27 @@ def test_weights_must_lie_beside_the_model_and_be_whole(tmp_path):
                 entry.value = "../../etc/passwd"
     with pytest.raises(OnnxFileError, match="outside the model's folder"):
         sonnx.load(_save(escaping, tmp_path / "escape.onnx"))
+
+
+def test_run_is_inference_whatever_the_training_flag():
+    """prepare().run is the backend's inference: a training flag left on by other code must
+    not make BatchNorm use the batch's statistics (or update the running ones)."""
+    rng = np.random.default_rng(0)
+    stats = [numpy_helper.from_array(rng.uniform(0.5, 1.5, 2).astype(np.float32), n)
+             for n in ("scale", "bias", "mean", "var")]  # fmt: skip
+    model = _model(
+        [helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2, 2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2, 2, 2])],
+        stats,
+    )
+    x = rng.standard_normal((3, 2, 2, 2)).astype(np.float32)
+    scale, bias, mean, var = (numpy_helper.to_array(t)[:, None, None] for t in stats)
+    expected = (x - mean) / np.sqrt(var + 1e-5) * scale + bias
+    autograd.training = True
+    try:
+        got = sonnx.prepare(model, device.create_cpu_device("16MiB")).run([x])[0]
+        assert autograd.training  # the caller's flag is given back
+    finally:
+        autograd.training = False
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

@@ -21,7 +21,7 @@ from onnx import helper
 from onnx.backend.base import Backend, BackendRep
 
 from nnmem import device as device_module
-from nnmem import tensor
+from nnmem import operation, tensor
 from nnmem.sonnx.converters import REGISTRY, Call, Unsupported
 from nnmem.sonnx.files import OnnxFileError
 from nnmem.sonnx.graph import OPSETS, Absent, Graph, host_eval
@@ -51,8 +51,15 @@ class SingaRep(BackendRep):
         return self.graph.nodes
 
     def run(self, x, **kwargs):
-        """The outputs (NumPy arrays, in ONNX's dtypes) for inputs `x` (arrays or Tensors)."""
-        values = self.run_tensors(x, **kwargs)
+        """The outputs (NumPy arrays, in ONNX's dtypes) for inputs `x` (arrays or Tensors):
+        inference, whatever this thread's training flag (BatchNorm reads its running
+        statistics, Dropout passes its input through); a SONNXModel trains instead."""
+        training = operation.is_training()
+        operation.set_training(False)
+        try:
+            values = self.run_tensors(x, **kwargs)
+        finally:
+            operation.set_training(training)
         return [self._to_numpy(name, v) for name, v in zip(self._wanted(kwargs), values)]
 
     def run_tensors(self, x, last_layers=None, aux_output=()):
