@@ -203,18 +203,14 @@ def test_it_beats_every_heuristic_that_fits(slow_link):
     layer ahead or on demand, where vDNN's window (offload="conv", "all") may fetch a tensor
     earlier or later than either, and the layout's fragmentation may cost a round of fewer
     live bytes than the heuristic holds."""
-    model_link = slow_link.costs
     smallest = slow_link.smallest()[1]
-    for recompute, offload in planning.HEURISTICS:
-        planned = slow_link.make_heuristic(recompute, offload)
-        peak = pool_bytes_needed(planned, slow_link.device, joined=True)
-        seconds = plan_seconds(planned, model_link, slow_link.recorded)
-        assert smallest <= peak, (recompute, offload)
+    heuristics = slow_link.heuristic_plans()  # each pool and time as the planner sizes them
+    assert len(heuristics) == len(planning.HEURISTICS)
+    for name, planned, peak, seconds in heuristics:
+        assert seconds == plan_seconds(planned, slow_link.costs, slow_link.recorded), name
+        assert smallest <= peak, name
         _, decided = slow_link.plan(peak)
-        assert decided.predicted_seconds <= seconds * (1.01 + decided.gap), (
-            recompute,
-            offload,
-        )
+        assert decided.predicted_seconds <= seconds * (1.01 + decided.gap), name
 
 
 def test_superneurons_alexnet_figure():
