@@ -30,6 +30,7 @@ from onnx.external_data_helper import uses_external_data
 from onnx.reference.ops import load_op
 
 from nnmem.sonnx import converters
+from nnmem.sonnx.dtypes import DTYPES
 from nnmem.sonnx.files import OnnxFileError
 
 #: The most elements a value folded on the host may have (2**28: 1 GiB of float32): a
@@ -38,11 +39,6 @@ MAX_FOLDED_ELEMENTS = 2**28
 #: The opsets of the default domain nnmem reads: from PyTorch's oldest exports to the newest
 #: onnx writes (each converter states the operator versions it implements).
 OPSETS = (6, 28)
-#: The element types nnmem keeps on a device (integers and booleans as int32, as SINGA).
-DTYPES = frozenset(
-    np.dtype(t) for t in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                          "uint8", "uint16", "uint32", "bool")
-)  # fmt: skip
 
 
 #: A model nnmem cannot run: an operator, attribute or opset it has no converter for.

@@ -17,6 +17,7 @@ import numpy as np
 
 from nnmem import autograd
 from nnmem.model import Model
+from nnmem.sonnx.dtypes import device_dtype
 from nnmem.sonnx.graph import Graph
 from nnmem.sonnx.rep import SingaRep
 
@@ -62,8 +63,7 @@ class SONNXModel(Model):
     @property
     def input_dtype(self):
         """The dtype of the first input as nnmem keeps it (token ids as int32)."""
-        dtype = self.sg_ir.graph.inputs[0].dtype or np.dtype(np.float32)
-        return np.dtype(np.int32) if dtype.kind in "iub" else dtype
+        return device_dtype(self.sg_ir.graph.inputs[0].dtype or np.float32)
 
     def _register(self):
         """Make the weights made at this run the model's parameters and states."""

@@ -23,6 +23,7 @@ from onnx.backend.base import Backend, BackendRep
 from nnmem import device as device_module
 from nnmem import operation, tensor
 from nnmem.sonnx.converters import REGISTRY, Call, Unsupported
+from nnmem.sonnx.dtypes import device_dtype
 from nnmem.sonnx.files import OnnxFileError
 from nnmem.sonnx.graph import OPSETS, Absent, Graph, host_eval
 from nnmem.tensor import Tensor
@@ -139,14 +140,14 @@ class SingaRep(BackendRep):
         absent = isinstance(value, Absent)  # a planning device: a shape, no bytes
         shape, dtype = tuple(value.shape), np.dtype(value.dtype)
         trained = learned and dtype.kind == "f" and math.prod(shape) > 1
-        device_dtype = _device_dtype(dtype)
-        t = Tensor(shape, self.dev, device_dtype, requires_grad=trained, stores_grad=trained)
+        kept_as = device_dtype(dtype)
+        t = Tensor(shape, self.dev, kept_as, requires_grad=trained, stores_grad=trained)
         t.name = name
         (self.params if trained else self.states)[name] = t
         if absent:
             t.set_value(0)  # on a planning device: the allocation alone
         else:
-            t.copy_from_numpy(_checked_cast(value, device_dtype, name))
+            t.copy_from_numpy(_checked_cast(value, kept_as, name))
         return t
 
     def _input(self, spec, value):
@@ -163,7 +164,7 @@ class SingaRep(BackendRep):
                 f"input {spec.name!r}: shape {array.shape}, the model takes {expected} "
                 "(None: any size)"
             )
-        dtype = _device_dtype(array.dtype)
+        dtype = device_dtype(array.dtype)
         t = Tensor(array.shape, self.dev, dtype, requires_grad=False)
         return t.copy_from_numpy(_checked_cast(array, dtype, spec.name))
 
@@ -187,15 +188,6 @@ class SingaRep(BackendRep):
         array = value if isinstance(value, np.ndarray) else tensor.to_numpy(value)
         dtype = self.graph.output_dtypes.get(name)
         return array.astype(dtype) if dtype is not None else array
-
-
-def _device_dtype(dtype):
-    """nnmem's dtype for an ONNX value on a device: integers and booleans as int32 (SINGA's),
-    booleans as float32 where they are masks, floats as they are."""
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return np.dtype(np.float32)
-    return np.dtype(np.int32) if dtype.kind in "iu" else dtype
 
 
 def _checked_cast(array, dtype, name):

@@ -12,6 +12,7 @@ from onnx import helper
 from nnmem import autograd
 from nnmem.ops.broadcast import binary, compare
 from nnmem.sonnx.converters import converts
+from nnmem.sonnx.dtypes import device_dtype
 
 #: ONNX unary operators and nnmem's function of the same meaning.
 UNARY = {
@@ -157,11 +158,6 @@ def cast(call, x):
     """Cast on the device: only to the tensor's own dtype (a copy-free identity). Casts of
     shapes, masks and ids run on the host, folded at import or computed from shapes."""
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(call.attr("to")))
-    if _device_dtype(dtype) == x.dtype:
+    if dtype != np.bool_ and device_dtype(dtype) == x.dtype:  # to bool: values become 0 / 1
         return x
     raise call.fail(f"a cast of a device tensor from {x.dtype} to {dtype} is not supported")
-
-
-def _device_dtype(dtype):
-    """The dtype nnmem keeps an ONNX dtype in on a device (SINGA's: integers as int32)."""
-    return np.dtype(np.int32) if dtype.kind in "iub" else dtype
