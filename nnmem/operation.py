@@ -11,12 +11,20 @@ forward activation lives exactly until the backward step that last needs it.
 """
 
 import contextlib
+import functools
 import math
 import threading
 
 import numpy as np
 
 from nnmem.tensor import Tensor
+
+
+class InputError(ValueError, AssertionError):
+    """Bad input to an operator (a shape, an axis): a ValueError, as nnmem raises for bad input,
+    and an AssertionError, which SINGA's operators raise from their ``assert``s and SINGA's
+    tests expect. The message names the problem and the fix."""
+
 
 #: Operator.run's `rebuild` value for a call that may simply be run again.
 SAME = "same"
@@ -54,18 +62,46 @@ def name_scope(name):
 
 
 @contextlib.contextmanager
-def tracing():
+def tracing(into=None):
     """Record every operator call made in this thread inside the block, for exporters
     (nnmem.sonnx): yields a list that gets one ``(operator, inputs, outputs)`` per call (tuples
     of Tensors), in the order the calls ran, in training and inference alike. The list keeps
     those tensors alive as long as it lives. An inner tracing() block records into its own
-    list only. Outside any block the cost is one attribute lookup per operator call."""
-    trace, outer = [], getattr(_local, "trace", None)
+    list only. Outside any block the cost is one attribute lookup per operator call.
+    `into`: an object with an ``append`` that gets the calls instead of a new list (a
+    composite's tape, which reads each call as it comes and keeps no tensor)."""
+    trace, outer = ([] if into is None else into), getattr(_local, "trace", None)
     _local.trace = trace
     try:
         yield trace
     finally:
         _local.trace = outer
+
+
+@contextlib.contextmanager
+def _running(op):
+    """Mark `op` as the operator whose forward or backward runs in this thread."""
+    outer = getattr(_local, "running", None)
+    _local.running = op
+    try:
+        yield
+    finally:
+        _local.running = outer
+
+
+def _runs_as_backward(backward):
+    @functools.wraps(backward)
+    def run(self, *dys):
+        self.phase = "backward"
+        with _running(self):
+            return backward(self, *dys)
+
+    return run
+
+
+def running():
+    """The operator whose forward or backward is running in this thread, or None."""
+    return getattr(_local, "running", None)
 
 
 def active_trace():
@@ -86,18 +122,39 @@ class Operator:
     """
 
     differentiable = True
+    #: A composite (nnmem/ops/composite.py:Composite) is made of other operators, its parts: an
+    #: operator called inside its forward is recorded as if called on its own (its creator, its
+    #: saves, its trace entry), so that the composite can run the parts' backward in its own.
+    #: The composite itself is not traced: an exporter sees its parts.
+    records_parts = False
+    #: The gradient is zero wherever it is defined (sign, rounding, shape): the call is recorded,
+    #: so that SINGA's ``y.creator.backward(dy)`` gives its zeros, but y requires no gradient
+    #: and autograd.backward sends none through it (y is a constant to what reads it).
+    gradient_is_zero = False
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass's backward runs as this operator's backward, whoever calls it (the autograd
+        walk, or SINGA's tests: ``y.creator.backward(dy)``): its kernels are recorded as
+        backward, and an operator called inside it is a part of it (see _run_inside)."""
+        super().__init_subclass__(**kwargs)
+        if "backward" in vars(cls):
+            cls.backward = _runs_as_backward(vars(cls)["backward"])
 
     def __init__(self, name=None):
         self.name = name or type(self).__name__
         self.src = []  # per input: (creator op or None, output index, leaf param or None)
         self.saved = ()  # tensors kept for backward, dropped right after it
-        self.needs_grad = ()  # per input: does a gradient have to flow into it?
-        self.requires_grad = False
+        self.needs_grad = ()  # per input: does backward() compute its gradient?
+        self.grad_flows = ()  # per input: does autograd.backward send a gradient into it?
+        self.requires_grad = False  # was the call recorded (outputs know their creator)?
         self.device = None
         self.label = self.name
         self.phase = "forward"  # "backward" while backward() runs (recorded with each kernel)
 
     def __call__(self, *xs):
+        enclosing = running()
+        if enclosing is not None and not (enclosing.records_parts and enclosing.phase == "forward"):
+            return self._run_inside(enclosing, xs)
         self.device = xs[0].device
         for x in xs[1:]:
             if x.device is not self.device:
@@ -105,18 +162,26 @@ class Operator:
                     f"{self.name}: inputs live on different devices "
                     f"({self.device} and {x.device}); move them to one device"
                 )
-        # A leaf that does not store its gradient (an input batch) never receives one, so its
-        # gradient is not computed at all (conv1 skips its backward-data pass).
+        # SINGA's contract: while training, an operation on a tensor that requires a gradient
+        # records its creator, and `y.creator.backward(dy)` gives every such input's gradient.
         training = is_training() and self.differentiable
-        self.needs_grad = tuple(
-            training and x.requires_grad and (x.creator is not None or x.stores_grad) for x in xs
-        )
+        self.needs_grad = tuple(training and x.requires_grad for x in xs)
         self.requires_grad = any(self.needs_grad)
+        # autograd.backward sends a gradient only where it reaches a stored gradient: a leaf
+        # that stores none (an input batch) gets none (conv1 skips its backward-data pass), and
+        # an operation on such leaves alone is never visited.
+        self.grad_flows = tuple(
+            needed
+            and not self.gradient_is_zero
+            and (x.stores_grad or (x.creator is not None and x.creator.feeds_a_gradient))
+            for x, needed in zip(xs, self.needs_grad)
+        )
         scope = _scope()
         self.label = f"{scope[-1]}:{self.name}" if scope else self.name
-        ys = self.forward(*xs)
+        with _running(self):
+            ys = self.forward(*xs)
         trace = getattr(_local, "trace", None)
-        if trace is not None:
+        if trace is not None and not self.records_parts:
             trace.append((self, xs, ys if isinstance(ys, tuple) else (ys,)))
         if not self.requires_grad:
             self.saved = ()
@@ -132,10 +197,26 @@ class Operator:
         outputs = ys if isinstance(ys, tuple) else (ys,)
         self.output_meta = [(y.shape, y.dtype) for y in outputs]
         for i, y in enumerate(outputs):
-            y.creator, y.requires_grad = self, True
+            y.creator, y.requires_grad = self, not self.gradient_is_zero
             if i:
                 y.creator_index = i
         return ys
+
+    @property
+    def feeds_a_gradient(self):
+        """Does autograd.backward send a gradient through this operation (into some input)?"""
+        return any(self.grad_flows)
+
+    def _run_inside(self, enclosing, xs):
+        """Called inside another operator's forward or backward (a SINGA-style operator's
+        ``singa.ReLU(x)``): this call is a part of that one. Its kernels carry the enclosing
+        operator's label and phase; it records no creator, saves nothing, and is not traced."""
+        self.device = xs[0].device
+        self.needs_grad = self.grad_flows = (False,) * len(xs)
+        self.requires_grad = False
+        self.label, self.phase = enclosing.label, enclosing.phase
+        with _running(enclosing if self.records_parts else self):  # a composite's parts too
+            return self.forward(*xs)
 
     # -- helpers for subclasses -------------------------------------------------------------------
     @property

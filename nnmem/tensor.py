@@ -22,6 +22,17 @@ _DTYPES = (float16, float32, float64, int32, np.dtype(np.int64))  # int64: inter
 REPR_ELEMENTS = 1000
 
 
+class Shape(tuple):
+    """A tensor's shape: a tuple of ints, which can also be called, as SINGA's C++ tensor's
+    ``shape()`` is: ``y.creator.backward(dy.data)`` gives tensors that SINGA's code asks for
+    ``dx.shape()`` (``Tensor.data`` is the tensor itself here: nnmem has no C++ tensor)."""
+
+    __slots__ = ()
+
+    def __call__(self):
+        return self
+
+
 def check_dtype(dtype):
     """`dtype` as a NumPy dtype, or a TypeError when nnmem tensors cannot hold it."""
     dtype = np.dtype(dtype)
@@ -60,7 +71,7 @@ class Tensor:
             data = np.asarray(data)
             shape = data.shape
             dtype = data.dtype if dtype is None else dtype
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = Shape(int(s) for s in shape)
         if any(s < 0 for s in self.shape):
             raise ValueError(f"a tensor shape cannot have negative sizes: {self.shape}")
         self.dtype = check_dtype(dtype)
@@ -78,7 +89,7 @@ class Tensor:
     def _on_block(cls, block, shape, dtype, device, requires_grad=False):
         """A new Tensor object that shares `block` (a view: no new memory)."""
         t = cls.__new__(cls)
-        t.shape, t.dtype, t.device = tuple(shape), np.dtype(dtype), device
+        t.shape, t.dtype, t.device = Shape(shape), np.dtype(dtype), device
         t.requires_grad, t.stores_grad, t.creator, t.name = requires_grad, False, None, None
         t._set_block(block)
         return t
@@ -296,7 +307,19 @@ def from_numpy(np_array, dev=None):
         a = a.astype(int32)
     elif a.dtype.kind == "b":
         a = a.astype(float32)
-    return Tensor(a.shape, dev, a.dtype, data=a, requires_grad=False)
+    # requires_grad, as SINGA's: an operation on it records its creator while training (a leaf
+    # that stores no gradient still gets none from autograd.backward: see Operator.__call__)
+    return Tensor(a.shape, dev, a.dtype, data=a)
+
+
+def from_raw_tensor(t):
+    """SINGA's wrapper of a C++ tensor (``t.data``, or what ``creator.backward`` returns) in a
+    Python Tensor. nnmem's tensors are both: a new Tensor on the same block (no copy)."""
+    return Tensor._on_block(t.block, t.shape, t.dtype, t.device, requires_grad=True)
+
+
+def from_raw_tensors(tensors):
+    return [from_raw_tensor(t) for t in tensors]
 
 
 def to_numpy(t):

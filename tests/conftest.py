@@ -1,7 +1,8 @@
 """Shared test settings: Hypothesis without deadlines (JIT compilation is slow the first time)
 and how hard it searches (NNMEM_PROPERTIES), autograd's training flag restored after every test,
-and the `device` fixture."""
+the `device` fixture, and `frozen_heap` (gc.collect() for a test's own objects)."""
 
+import gc
 import os
 
 import pytest
@@ -46,6 +47,23 @@ def _restore_training_flag():
     previous = autograd.training
     yield
     autograd.training = previous
+
+
+@pytest.fixture
+def frozen_heap():
+    """gc.collect() over the test's own objects only. A test that collects after each of
+    hundreds of failed steps (so that nothing the failed step made outlives it in a reference
+    cycle before the test counts the pool's bytes) would otherwise traverse the whole
+    process's heap each time: Numba's compiled code and every earlier test's objects,
+    millions in a full run, about half a second a collection on 2 cores. gc.freeze() moves
+    everything alive before the test into gc's permanent generation, which no collection
+    traverses; what the test makes (its device, model, steps) is collected as before.
+    gc.unfreeze() gives the old objects back to gc after the test."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def cuda_or_skip():

@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("dist.py", ["--ranks", "0"], "argument --ranks: must be at least 1"),
         ("fingerprint.py", ["--steps", "0"], "argument --steps: must be at least 1"),
         ("offload.py", ["--skip", "budget", "link", "cache"], "skips every section"),
+        ("operator_contract.py", ["--batch", "0"], "argument --batch: must be at least 1"),
         ("offload.py", ["--speeds", "0.001"], "at least 0.01 GB/s"),
         ("train.py", ["--seconds", "inf"], "argument --seconds: must be a finite number"),
     ],

@@ -94,8 +94,8 @@ def test_shape_errors_name_the_layer_and_the_fix(dev):
         layer.Linear(3)(batch(dev, 2, 1, 4, 4))
     with pytest.raises(ValueError, match="does not fit"):
         layer.Conv2d(2, 5)(batch(dev, 1, 1, 3, 3))
-    with pytest.raises(NotImplementedError, match="dilation"):
-        layer.Conv2d(2, 3, dilation=2)
+    with pytest.raises(ValueError, match="pad_mode 'SAME'; use one of"):
+        layer.Conv2d(2, 3, pad_mode="SAME")
 
 
 def test_register_layers_names_list_members(dev):

@@ -14,7 +14,7 @@ LAYERS = [
                                         "nnmem.measure", "nnmem.sonnx"]),
     ("SINGA's user API", ["nnmem.model", "nnmem.step_options", "nnmem.step_cache", "nnmem.undo",
                           "nnmem.layer", "nnmem.layers", "nnmem.opt", "nnmem.optim",
-                          "nnmem.checkpoint", "nnmem.singa_wrap"]),
+                          "nnmem.checkpoint", "nnmem.singa_wrap", "nnmem.initializer"]),
     ("data parallelism", ["nnmem.dist_opt", "nnmem.dist", "nnmem.communicator"]),
     ("autograd", ["nnmem.autograd"]),
     ("operators", ["nnmem.ops"]),

@@ -28,6 +28,9 @@ class MLP(model.Model):
         return out, loss
 
 
+# Each failed step is followed by gc.collect(): over the test's own objects only (conftest.py)
+pytestmark = pytest.mark.usefixtures("frozen_heap")
+
 DATA = batches((4, 1, 4, 4), 3, seed=2)
 OPTIMIZERS = {
     "rmsprop": lambda: opt.RMSProp(lr=opt.ExponentialDecay(0.01, 1, 0.9), weight_decay=1e-3),

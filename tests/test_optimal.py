@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_offload import failing_copies
 from training import assert_identical, batches, train
@@ -159,8 +159,9 @@ def test_the_time_limit_is_honoured():
     planner.heuristic_plans()  # made once per planner: not the solver's time
     start = time.perf_counter()
     _, decided = planner.plan(int(0.4 * liveness + 0.6 * planner.outside), time_limit=1.0)
-    # HiGHS checks its clock between nodes; the layouts of the rounds add a little
-    assert decided.solve_seconds < 1.0 + 0.5
+    # HiGHS checks its clock between nodes; the layouts of the rounds add a little, and more on
+    # a loaded machine (CI runs the CUDA simulator beside the suite: 1.6 s was seen)
+    assert decided.solve_seconds < 1.0 + 1.0
     assert time.perf_counter() - start < 1.0 + 2.0
     assert decided.status in ("optimal", "time limit")
 
@@ -173,13 +174,14 @@ def throttled(planner, link):
 
 @pytest.fixture(scope="module")
 def slow_link():
-    """ResNet-14's problem with copies at 0.5 GB/s: recomputation and offloading trade."""
-    planner, _ = recorded_planner(create_model("resnet", depth=14), (32, 3, 32, 32))
+    """ResNet-8's problem with copies at 0.5 GB/s: recomputation and offloading trade."""
+    planner, _ = recorded_planner(resnet(), (32, 3, 32, 32))
     return throttled(planner, 0.5e9)
 
 
 @settings(max_examples=6, deadline=None)
 @given(st.lists(st.floats(0.0, 1.0), min_size=2, max_size=4))
+@example(shares=[0.34375, 0.359375])  # the solver's placed plans alone: the larger one slower
 def test_a_larger_budget_is_never_slower(slow_link, shares):
     """Monotone: at gap 0 the solver's time never grows with the cap; the placed plans'
     predicted times never grow either, within the solver's gaps."""

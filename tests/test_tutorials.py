@@ -68,6 +68,11 @@ EXPECTED = {
         "x[0].shape: (1, 3, 4) (SINGA keeps the axis), squeezed: (3, 4)",
         "losses identical: True",
         "float16 / float32 liveness peak: 0.50",
+        "SquareSINGA  y = [1. 4. 9.]  dx = [ 2. -4.  3.]  dx.shape() = (3,)",
+        "SquareNnmem  y = [1. 4. 9.]  dx = [ 2. -4.  3.]  dx.shape() = (3,)",
+        "SquareSINGA: kernel calls ['forward SquareSINGA', 'backward SquareSINGA', "
+        "'backward SquareSINGA'], planned peak ",
+        "SquareNnmem: kernel calls ['forward SquareNnmem', 'backward SquareNnmem'], planned peak ",
     ],
     "07_concurrency.ipynb": [
         "GEMM bit-identical on every thread count: True",

@@ -1,11 +1,17 @@
-"""Convolution and pooling layers (SINGA's): Conv2d (grouped, with its algorithm and
-workspace chosen per pass, see nnmem.ops.conv), SeparableConv2d, and 2-D and 1-D pooling."""
+"""Convolution and pooling layers (SINGA's): Conv2d (grouped, dilated, with its algorithm and
+workspace chosen per pass, see nnmem.ops.conv), SeparableConv2d, and 2-D and 1-D pooling.
+
+Every one takes SINGA's ``pad_mode``: "NOTSET" pads by ``padding``; "VALID" pads nothing;
+"SAME_UPPER" and "SAME_LOWER" pad so that the output has ceil(size / stride) positions per
+axis (the input's size at stride 1), the odd element of padding after (UPPER) or before
+(LOWER): nnmem.ops.conv.auto_pads, worked out from each input's size. Then ``padding`` is not
+read, as in SINGA (and ONNX, whose auto_pad these are)."""
 
 import math
 
 from nnmem import autograd
 from nnmem.layers.base import Layer, parameter_like
-from nnmem.ops.conv import pair
+from nnmem.ops.conv import PAD_MODES, auto_pads, pair
 
 
 class Conv2d(Layer):
@@ -14,7 +20,9 @@ class Conv2d(Layer):
     "auto" (the fastest of gemm, its workspace sized to the free memory, conv3x3 for 3x3
     filters with stride 1 and padding 1, and direct: timed at the first run), "gemm", "direct"
     or "conv3x3". group=g splits channels and filters into g groups
-    (W is (nb_kernels, C/g, KH, KW); runs the direct kernels)."""
+    (W is (nb_kernels, C/g, KH, KW); runs the direct kernels). dilation=d (one int or
+    (dh, dw)) spreads the filter's taps d apart (runs the direct kernels). pad_mode: see the
+    module's docstring."""
 
     def __init__(
         self,
@@ -39,11 +47,6 @@ class Conv2d(Layer):
             stride = args[1]
         if len(args) > 2:
             padding = args[2]
-        if dilation != 1 or pad_mode != "NOTSET":
-            raise NotImplementedError(
-                "Conv2d: dilation and pad_mode are not supported yet;"
-                " use dilation=1 and explicit padding"
-            )
         if not isinstance(group, int) or group < 1:
             raise ValueError(f"Conv2d: group must be a positive int, not {group!r}")
         self.group = group
@@ -51,6 +54,7 @@ class Conv2d(Layer):
             raise ValueError(f"Conv2d: activation {activation!r}; use 'RELU' or 'NOTSET'")
         self.nb_kernels, self.kernel_size = nb_kernels, pair(kernel_size)
         self.stride, self.padding = pair(stride), pair(padding)
+        self.dilation, self.pad_mode = pair(dilation), _pad_mode("Conv2d", pad_mode)
         self.bias, self.activation, self.algorithm = bias, activation, algorithm
 
     def initialize(self, x):
@@ -86,7 +90,10 @@ class Conv2d(Layer):
                 f"(N, {self.in_channels}, H, W)"
             )
         b = self.b if self.bias else None
-        y = autograd.conv2d(x, self.W, b, self.stride, self.padding, self.algorithm, self.group)
+        pads = _pads(self, x.shape[2:], self.dilation)
+        y = autograd.conv2d(
+            x, self.W, b, self.stride, pads, self.algorithm, self.group, self.dilation
+        )
         return autograd.relu(y) if self.activation == "RELU" else y
 
 
@@ -120,30 +127,40 @@ class SeparableConv2d(Layer):
 
 class Pooling2d(Layer):
     """Max (is_max=True) or average pooling over kernel_size windows; stride defaults to
-    kernel_size (SINGA's base class of MaxPool2d and AvgPool2d)."""
+    kernel_size (SINGA's base class of MaxPool2d and AvgPool2d). pad_mode: see the module's
+    docstring."""
 
     is_max = True
 
-    def __init__(self, kernel_size, stride=None, padding=0, is_max=None, **kwargs):
+    def __init__(
+        self, kernel_size, stride=None, padding=0, is_max=None, pad_mode="NOTSET", **kwargs
+    ):
         super().__init__()
         if is_max is not None:
             self.is_max = is_max
         self.kernel_size = pair(kernel_size)
         self.stride = self.kernel_size if stride is None else pair(stride)
-        self.padding = pair(padding)
+        self.padding, self.pad_mode = pair(padding), _pad_mode("Pooling2d", pad_mode)
 
     def forward(self, x):
-        return autograd.pooling_2d(x, self.kernel_size, self.stride, self.padding, self.is_max)
+        pads = _pads(self, x.shape[2:])
+        return autograd.pooling_2d(x, self.kernel_size, self.stride, pads, self.is_max)
 
 
 class MaxPool2d(Pooling2d):
     """Max over kernel_size windows; stride defaults to kernel_size."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, pad_mode="NOTSET", **kwargs):
+        super().__init__(kernel_size, stride, padding, None, pad_mode)
 
 
 class AvgPool2d(Pooling2d):
     """Mean over kernel_size windows (padded zeros count); stride defaults to kernel_size."""
 
     is_max = False
+
+    def __init__(self, kernel_size, stride=None, padding=0, pad_mode="NOTSET", **kwargs):
+        super().__init__(kernel_size, stride, padding, None, pad_mode)
 
 
 class MaxPool1d(Layer):
@@ -152,21 +169,17 @@ class MaxPool1d(Layer):
 
     is_max = True
 
-    def __init__(self, kernel_size, stride=None, padding=0, **kwargs):
+    def __init__(self, kernel_size, stride=None, padding=0, pad_mode="NOTSET", **kwargs):
         super().__init__()
-        self.kernel_size = kernel_size
-        self.stride = kernel_size if stride is None else stride
-        self.padding = padding
+        self.kernel_size = (1, kernel_size)
+        self.stride = self.kernel_size if stride is None else (1, stride)
+        self.padding, self.pad_mode = (0, padding), _pad_mode("MaxPool1d", pad_mode)
 
     def forward(self, x):
         n, c, length = x.shape
-        y = autograd.pooling_2d(
-            autograd.reshape(x, (n, c, 1, length)),
-            (1, self.kernel_size),
-            (1, self.stride),
-            (0, self.padding),
-            self.is_max,
-        )
+        pads = _pads(self, (1, length))
+        x = autograd.reshape(x, (n, c, 1, length))
+        y = autograd.pooling_2d(x, self.kernel_size, self.stride, pads, self.is_max)
         return autograd.reshape(y, (n, c, y.shape[-1]))
 
 
@@ -174,3 +187,18 @@ class AvgPool1d(MaxPool1d):
     """Mean over windows of `kernel_size` along the last axis of (N, C, L)."""
 
     is_max = False
+
+
+def _pad_mode(name, pad_mode):
+    """pad_mode, checked: one of PAD_MODES."""
+    if pad_mode not in PAD_MODES:
+        raise ValueError(f"{name}: pad_mode {pad_mode!r}; use one of {', '.join(PAD_MODES)}")
+    return pad_mode
+
+
+def _pads(layer, size, dilation=(1, 1)):
+    """The padding a layer's pad_mode gives an input of spatial `size`: its `padding` for
+    "NOTSET", else (top, left, bottom, right) from nnmem.ops.conv.auto_pads."""
+    if layer.pad_mode == "NOTSET":
+        return layer.padding
+    return auto_pads(layer.pad_mode, size, layer.kernel_size, layer.stride, dilation)

@@ -17,7 +17,7 @@ FAMILIES = tuple(
     importlib.import_module(f"{__name__}.{family}")
     for family in (
         "activation arith batchnorm broadcast composite conv dropout embedding host_ops layernorm "
-        "linear loss lrn pointwise pooling rearrange reduce shape softmax transform"
+        "linear loss lrn pointwise pooling rearrange reduce scatter shape softmax transform"
     ).split()
 )
 # A family's name is bound after its module: ops.softmax and ops.shape are the functions.

@@ -105,6 +105,25 @@ def _scaled(op, x, alpha):
     return y
 
 
+class Cast(Operator):
+    """y = x converted to `dtype` (SINGA's AsType): a float becomes an int by truncation
+    toward zero. A constant to autograd, as SINGA's ``as_type`` is: no gradient flows through
+    it (an int tensor carries none; a float-to-float cast that must pass one is autograd.cast's
+    copy). The output is a new tensor, also for the tensor's own dtype."""
+
+    differentiable = False
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, x):
+        y = self.output(x.shape, self.dtype)
+        cast = self.kernels.cast
+        self.run(lambda y_, x_: cast(y_.reshape(-1), x_.reshape(-1)), reads=(x,), writes=(y,))
+        return y
+
+
 class Reshape(Operator):
     """A view with another shape: no data moves, the output shares the input's block."""
 

@@ -358,6 +358,25 @@ def conv2d(x, W, b=None, stride=1, padding=0, algorithm="auto", group=1, dilatio
     return op(x, W) if b is None else op(x, W, b)
 
 
+#: SINGA's and ONNX's padding modes (auto_pad): the padding given, none, or "same" padding.
+PAD_MODES = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
+
+
+def auto_pads(pad_mode, size, kernel, stride, dilation=(1, 1)):
+    """(top, left, bottom, right) for `pad_mode` "VALID" (none) or "SAME_*" on an input of
+    spatial `size`: out = ceil(n / s) per axis, the input padded by max((out - 1) s + d (k - 1)
+    + 1 - n, 0), half before, half after, the odd one after (SAME_UPPER) or before (_LOWER)."""
+    if pad_mode not in PAD_MODES[1:]:
+        raise ValueError(f"pad_mode {pad_mode!r}; use VALID, SAME_UPPER or SAME_LOWER")
+    begin, end = [], []
+    for n, k, s, d in zip(size, kernel, stride, dilation):
+        total = 0 if pad_mode == "VALID" else max((-(-n // s) - 1) * s + d * (k - 1) + 1 - n, 0)
+        after = total - total // 2 if pad_mode == "SAME_UPPER" else total // 2
+        begin.append(total - after)
+        end.append(after)
+    return tuple(begin + end)
+
+
 def pair(v):
     """(v, v) for one int, else the values given: SINGA's kernel/stride/padding sizes."""
     return (v, v) if isinstance(v, int) else tuple(v)

@@ -10,6 +10,7 @@ that is known before it (masks, labels).
 
 import numpy as np
 
+from nnmem.operation import Operator
 from nnmem.ops.arith import Scale
 from nnmem.ops.broadcast import compare
 from nnmem.ops.pointwise import compare_scalar
@@ -18,9 +19,23 @@ from nnmem.tensor import Tensor, from_numpy, to_numpy
 __all__ = ["_and", "_not", "_or", "_xor", "cast", "constant_of_shape", "nonzero", "onehot", "shape"]
 
 
+class Shape(Operator):
+    """x's shape as a 1-D int32 tensor. Its gradient is zero: recorded, no gradient flows through
+    it (Operator.gradient_is_zero). Its backward returns what SINGA's does, dy's shape as a list
+    of ints, which SINGA's tests read."""
+
+    gradient_is_zero = True
+
+    def forward(self, x):
+        return from_numpy(np.array(x.shape, np.int32), x.device)
+
+    def backward(self, dy):
+        return list(dy.shape)
+
+
 def shape(x):
     """x's shape as a 1-D int32 tensor."""
-    return from_numpy(np.array(x.shape, np.int32), x.device)
+    return Shape()(x)
 
 
 def constant_of_shape(x, value=0):
@@ -39,7 +54,8 @@ def nonzero(x):
 def cast(x, to):
     """x converted to dtype `to` (a new tensor). A cast of a float tensor to its own dtype (ONNX
     graphs have them) is a copy by an operator, so the gradient flows through it; any other
-    cast is a host conversion with no gradient (an integer mask to float, float32 to float64)."""
+    cast is the device's Cast operator, with no gradient (an integer mask to float, float32 to
+    float64)."""
     singa_name = isinstance(to, str) and to in ("int", "float")  # 'float' is float32 here
     if not singa_name and x.dtype.kind == "f" and np.dtype(to) == x.dtype:
         return Scale(1.0)(x)
@@ -50,6 +66,7 @@ def onehot(axis, indices, depth, values):
     """ONNX's OneHot: a new axis of size `depth` at `axis`, values[1] at each index (negative
     indices count from depth), values[0] elsewhere."""
     ids = to_numpy(indices).astype(np.int64)
+    depth = int(np.asarray(depth).reshape(-1)[0])  # ONNX's (and SINGA's tests') is an array
     axis = axis if axis >= 0 else axis + ids.ndim + 1
     positions = np.arange(depth).reshape((1,) * axis + (depth,) + (1,) * (ids.ndim - axis))
     hot = np.expand_dims(np.mod(ids, depth), axis) == positions

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from nnmem.operation import Operator
+from nnmem.operation import InputError, Operator
 from nnmem.ops.broadcast import reduce_to
 
 __all__ = ["AddBias", "Matmul", "TransposedMatmul", "add_bias", "matmul"]
@@ -196,7 +196,7 @@ def matmul(a, b):
 
 def add_bias(x, b, axis=0):
     if axis != 0:
-        raise ValueError(
+        raise InputError(
             "add_bias: only axis=0 (a bias per column, added to every row) is supported"
         )
     return AddBias()(x, b)

@@ -2,9 +2,10 @@
 rounding and comparisons with a scalar (kernels/cpu/unary.py's table).
 
 Each saves only what its derivative reads: y for tanh, exp, sqrt and 1/x (so its forward may
-overwrite x in place when nothing else reads x, as ReLU's does), x for the others. Sign and the
-comparisons are constants to autograd (their derivative is zero almost everywhere): they make
-masks, and no gradient flows through them.
+overwrite x in place when nothing else reads x, as ReLU's does), x for the others. Sign and
+rounding have a zero derivative almost everywhere: they are recorded, so that SINGA's
+``y.creator.backward(dy)`` gives their zeros, but no gradient flows through them
+(Operator.gradient_is_zero). The comparisons are constants to autograd: they make masks.
 """
 
 from nnmem.operation import SAME, Operator
@@ -53,6 +54,8 @@ GRADIENT_READS.update({f: "x" for f in "sin cos sinh cosh asin acos atan asinh a
 GRADIENT_READS.update(atanh="x", erf="x", softplus="x", softsign="x", hardsigmoid="x", clip="x")
 GRADIENT_READS.update(elu="both", selu="both", gelu="x", gelu_tanh="x")
 COMPARISONS = ("gt", "ge", "lt", "le", "eq")
+#: The functions whose derivative is zero wherever it is defined.
+ZERO_GRADIENT = ("sign", "ceil", "floor", "round", "rounde")
 
 
 class Pointwise(Operator):
@@ -61,7 +64,8 @@ class Pointwise(Operator):
     def __init__(self, fn, a=0.0, b=0.0):
         super().__init__(fn.capitalize())
         self.fn, self.a, self.b = fn, float(a), float(b)
-        self.differentiable = fn in GRADIENT_READS
+        self.differentiable = fn in GRADIENT_READS or fn in ZERO_GRADIENT
+        self.gradient_is_zero = fn in ZERO_GRADIENT
         self.grad_reads = GRADIENT_READS.get(fn)
 
     def forward(self, x):
@@ -82,6 +86,10 @@ class Pointwise(Operator):
         return y
 
     def backward(self, dy):
+        if self.gradient_is_zero:
+            dx, fill = self.output(dy.shape, dy.dtype), self.kernels.fill
+            self.run(lambda dx_: fill(dx_.reshape(-1), 0.0), reads=(), writes=(dx,))
+            return dx
         x, y = self.saved  # the kernel reads the ones its derivative needs: pass any for the rest
         if x is None and y is None:  # x + a: its derivative reads neither
             x = y = dy

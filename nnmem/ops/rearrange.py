@@ -1,12 +1,14 @@
 """ONNX-style operators that rearrange elements, built on the strided maps and views:
 slice, split, gather, tile, expand, pad, upsample (nearest), depth_to_space, space_to_depth.
 
-Slicing, padding and expanding are real operators (a strided gather; a fill plus a strided
-scatter; a gather with stride 0 along the broadcast axes; the reverse maps for their
-gradients). The others are compositions: split and gather are slices (gather concatenates one
-slice per index, as SINGA's does; an embedding lookup is the Embedding operator), tile a
-concatenation, upsample an expand between reshapes per scaled axis, depth_to_space and
-space_to_depth a reshape, a 6-D transpose and a reshape. Their gradients come from those parts.
+Slicing, splitting, constant padding and expanding are real operators (a strided gather;
+column blocks, shape.Split; a fill plus a strided scatter; a gather with stride 0 along the
+broadcast axes; the reverse maps for their gradients). The others are composites
+(nnmem/ops/composite.py): gather concatenates one slice per index, as SINGA's does (an
+embedding lookup is the Embedding operator), tile is a concatenation, reflect and edge padding
+concatenate runs of x's entries (slices, reversed for reflect) around it, upsample an expand
+between reshapes per scaled axis, depth_to_space and space_to_depth a reshape, a 6-D transpose
+and a reshape. Their gradients come from those parts.
 """
 
 import builtins
@@ -17,8 +19,9 @@ import numpy as np
 from nnmem.operation import Operator
 from nnmem.ops.arith import Reshape
 from nnmem.ops.broadcast import reduce_to
+from nnmem.ops.composite import Composite, as_constant
 from nnmem.ops.embedding import Embedding
-from nnmem.ops.shape import cat
+from nnmem.ops.shape import Split, cat
 from nnmem.ops.strides import (
     axis_index,
     broadcast_shape,
@@ -61,18 +64,23 @@ def slice(x, starts, ends, axes=None, steps=None):  # noqa: A001 (ONNX's and SIN
 
 def split(x, axis, parts, num_output=None):
     """Pieces of x along `axis` of the sizes in `parts` (or `num_output` equal pieces)."""
-    axis = axis_index("split", axis, x.ndim())
     if parts is None:
-        if not num_output or x.shape[axis] % num_output:
-            raise ValueError(f"split: {num_output} equal parts of an axis of {x.shape[axis]}")
-        parts = [x.shape[axis] // num_output] * num_output
-    if any(size < 0 for size in parts) or sum(parts) != x.shape[axis]:
-        raise ValueError(f"split: parts {list(parts)} do not add up to {x.shape[axis]}")
-    pieces, start = [], 0
-    for size in parts:
-        pieces.append(slice(x, [start], [start + size], [axis]))
-        start += size
-    return tuple(pieces)
+        size = x.shape[axis_index("split", axis, x.ndim())]
+        if not num_output or size % num_output:
+            raise ValueError(f"split: {num_output} equal parts of an axis of {size}")
+        parts = [size // num_output] * num_output
+    return Split(axis, parts)(x)
+
+
+class Rearrangement(Composite):
+    """y = steps(x), a composite of slices, concatenations, reshapes and transposes: `steps` is
+    a function of x written with them. Its backward returns dx."""
+
+    def __init__(self, name, steps):
+        super().__init__(name, steps=steps)
+
+    def compose(self, x, steps):
+        return steps(x)
 
 
 def gather(x, axis, indices):
@@ -86,21 +94,30 @@ def gather(x, axis, indices):
     size = x.shape[axis]
     if isinstance(indices, Tensor):
         if axis == 0 and indices.dtype == np.int32:
-            table = x if x.ndim() == 2 else Reshape((size, math.prod(x.shape[1:])))(x)
-            y = Embedding()(indices, table)
-            return y if x.ndim() == 2 else Reshape(indices.shape + x.shape[1:])(y)
+            ids = as_constant(indices)
+            return Rearrangement("Gather", lambda x: _lookup(x, ids))(x)
         indices = to_numpy(indices).tolist()
-
-    def pick(index):
-        if not -size <= index < size:
+    ids = indices if len(indices) and isinstance(indices[0], (list, tuple)) else [indices]
+    for index in (i for row in ids for i in row):
+        if not -size <= int(index) < size:
             raise IndexError(f"gather: index {index} is out of range for an axis of {size}")
-        return slice(x, [index % size], [index % size + 1], [axis])
+    return Rearrangement("Gather", lambda x: _take(x, axis, indices))(x)
+
+
+def _lookup(x, ids):
+    """x's rows `ids` (an int32 tensor): one Embedding on x viewed as (rows, the rest)."""
+    table = x if x.ndim() == 2 else Reshape((x.shape[0], math.prod(x.shape[1:])))(x)
+    y = Embedding()(ids, table)
+    return y if x.ndim() == 2 else Reshape(ids.shape + x.shape[1:])(y)
+
+
+def _take(x, axis, indices):
+    size = x.shape[axis]
 
     def take(ids):
-        return cat([pick(int(i)) for i in ids], axis)
+        return cat([slice(x, [int(i) % size], [int(i) % size + 1], [axis]) for i in ids], axis)
 
-    nested = len(indices) and isinstance(indices[0], (list, tuple))
-    if not nested:
+    if not (len(indices) and isinstance(indices[0], (list, tuple))):
         return take(indices)
     rows = [take(ids) for ids in indices]
     shape = list(rows[0].shape)
@@ -109,9 +126,15 @@ def gather(x, axis, indices):
 
 
 def tile(x, repeats):
-    """x repeated repeats[i] times along axis i (leading axes added when repeats is longer)."""
-    if len(repeats) > x.ndim():
-        x = Reshape((1,) * (len(repeats) - x.ndim()) + x.shape)(x)
+    """x repeated as NumPy's tile: repeats[i] times along axis i, repeats (or an int) and x's
+    shape aligned from the last axis (leading axes added to the shorter one, of size 1)."""
+    repeats = [int(repeats)] if isinstance(repeats, (int, np.integer)) else list(repeats)
+    repeats = [1] * (x.ndim() - len(repeats)) + repeats
+    return Rearrangement("Tile", lambda x: _tiled(x, repeats))(x)
+
+
+def _tiled(x, repeats):
+    x = Reshape((1,) * (len(repeats) - x.ndim()) + x.shape)(x)  # a view: new even if all is 1
     for axis, count in enumerate(repeats):
         if count != 1:
             x = cat([x] * count, axis)
@@ -154,36 +177,53 @@ def upsample(x, mode, scales):
     scales = [int(s) for s in scales]
     if len(scales) != x.ndim() or any(s < 1 for s in scales):
         raise ValueError(f"upsample: one integer scale >= 1 per axis of {x.shape}, not {scales}")
+    return Rearrangement("UpSample", lambda x: _upsampled(x, scales))(x)
+
+
+def _upsampled(x, scales):
     for axis, s in enumerate(scales):  # one axis at a time: a 4-D view (before, n, s, after)
         if s == 1:
             continue
         before, n, after = math.prod(x.shape[:axis]), x.shape[axis], math.prod(x.shape[axis + 1 :])
         y = expand(Reshape((before, n, 1, after))(x), (before, n, s, after))
         x = Reshape(x.shape[:axis] + (n * s,) + x.shape[axis + 1 :])(y)
-    return x
+    return x if any(s != 1 for s in scales) else Reshape(x.shape)(x)  # a new tensor, always
+
+
+#: depth_to_space's permutation of (N, b, b, C, H, W) (DCR) or (N, C, b, b, H, W) (CRD) into
+#: (N, C, H, b, W, b); space_to_depth's is its inverse.
+_TO_SPACE = {"DCR": (0, 3, 4, 1, 5, 2), "CRD": (0, 1, 4, 2, 5, 3)}
+
+
+def _mode(op, mode):
+    if not isinstance(mode, str) or mode.upper() not in _TO_SPACE:
+        raise ValueError(f"{op}: mode {mode!r}; 'DCR' or 'CRD'")
+    return mode.upper()
 
 
 def depth_to_space(x, blocksize, mode="DCR"):
     """(N, C*b*b, H, W) -> (N, C, H*b, W*b): depth moved into b x b blocks (ONNX)."""
-    n, c, h, w = x.shape
-    b, out = blocksize, c // blocksize**2
-    if mode.upper() == "DCR":
-        y = transpose(Reshape((n, b, b, out, h, w))(x), (0, 3, 4, 1, 5, 2))
-    elif mode.upper() == "CRD":
-        y = transpose(Reshape((n, out, b, b, h, w))(x), (0, 1, 4, 2, 5, 3))
-    else:
-        raise ValueError(f"depth_to_space: mode {mode!r}; 'DCR' or 'CRD'")
-    return Reshape((n, out, h * b, w * b))(y)
+    mode, (n, c, h, w), b = _mode("depth_to_space", mode), x.shape, blocksize
+    out = c // b**2
+    depth = (n, b, b, out, h, w) if mode == "DCR" else (n, out, b, b, h, w)
+
+    def steps(x):
+        y = transpose(Reshape(depth)(x), _TO_SPACE[mode])
+        return Reshape((n, out, h * b, w * b))(y)
+
+    return Rearrangement("DepthToSpace", steps)(x)
 
 
 def space_to_depth(x, blocksize, mode="DCR"):
-    """(N, C, H*b, W*b) -> (N, C*b*b, H, W), the inverse of depth_to_space (DCR order)."""
-    if mode.upper() != "DCR":
-        raise NotImplementedError(f"space_to_depth: mode {mode!r}; only 'DCR' (SINGA's)")
-    n, c, hb, wb = x.shape
-    b = blocksize
-    y = transpose(Reshape((n, c, hb // b, b, wb // b, b))(x), (0, 3, 5, 1, 2, 4))
-    return Reshape((n, c * b * b, hb // b, wb // b))(y)
+    """(N, C, H*b, W*b) -> (N, C*b*b, H, W), the inverse of depth_to_space in the same mode."""
+    mode, (n, c, hb, wb), b = _mode("space_to_depth", mode), x.shape, blocksize
+    inverse = tuple(int(i) for i in np.argsort(_TO_SPACE[mode]))
+
+    def steps(x):
+        y = transpose(Reshape((n, c, hb // b, b, wb // b, b))(x), inverse)
+        return Reshape((n, c * b * b, hb // b, wb // b))(y)
+
+    return Rearrangement("SpaceToDepth", steps)(x)
 
 
 class Pad(Operator):
@@ -222,7 +262,53 @@ class Pad(Operator):
 
 
 def pad(x, mode, pads, constant=0.0):
-    """Pad x (ONNX's pads); mode 'constant' (reflect and edge are not implemented)."""
-    if mode != "constant":
-        raise NotImplementedError(f"pad: mode {mode!r}; only 'constant' is implemented")
-    return Pad(pads, constant)(x)
+    """Pad x by ONNX's pads [begin_0, begin_1, ..., end_0, end_1, ...], as NumPy's np.pad:
+    mode "constant" (the value), "reflect" (mirrored about the first and last entries, which
+    are not repeated; past the other end it mirrors again) or "edge" (the first or last entry
+    repeated). The gradient of a copied entry flows back to the entry it copies."""
+    if mode == "constant":
+        return Pad(pads, constant)(x)
+    if mode not in ("reflect", "edge"):
+        raise ValueError(f"pad: mode {mode!r}; use 'constant', 'reflect' or 'edge'")
+    n, pads = x.ndim(), [int(p) for p in pads]
+    if len(pads) != 2 * n or any(p < 0 for p in pads):
+        raise ValueError(f"pad: {2 * n} non-negative pads for a {n}-D tensor, not {pads}")
+    if any(size == 0 and pads[a] + pads[a + n] for a, size in enumerate(x.shape)):
+        raise ValueError(f"pad: {mode} padding of an empty axis of {x.shape}; use 'constant'")
+    return Rearrangement("Pad", lambda x: _copy_entries(x, mode, pads))(x)
+
+
+def _source(mode, j, size):
+    """The entry of an axis of `size` that position j (-before <= j < size + after) copies:
+    reflect's is periodic, 2 (size - 1) long (NumPy's), edge's the nearest entry."""
+    if mode == "edge":
+        return min(max(j, 0), size - 1)
+    period = 2 * (size - 1)
+    j = j % period if period else 0
+    return j if j < size else period - j
+
+
+def _copy_entries(x, mode, pads):
+    """x padded axis by axis: the padded axis's entries, each its _source, cut into runs of
+    consecutive entries up or down, each run a slice of x, concatenated."""
+    n = x.ndim()
+    for axis in range(n):
+        before, after, size = pads[axis], pads[axis + n], x.shape[axis]
+        if not before and not after:
+            continue
+        src = [_source(mode, j, size) for j in range(-before, size + after)]
+        runs, slices, i = [], {}, 0
+        while i < len(src):
+            step = src[i + 1] - src[i] if i + 1 < len(src) else 1
+            step = step if step in (1, -1) else 1
+            k = i + 1
+            while k < len(src) and src[k] - src[k - 1] == step:
+                k += 1
+            end = src[k - 1] + step
+            key = (src[i], None if end < 0 else end, step)  # an end of -1 would count from the end
+            if key not in slices:  # one slice per run of entries, however often it is copied
+                slices[key] = slice(x, [key[0]], [key[1]], [axis], [step])
+            runs.append(slices[key])
+            i = k
+        x = cat(runs, axis)
+    return x

@@ -5,9 +5,10 @@ lists them. Tensor's arithmetic methods are these functions too (nnmem/ops/tenso
 
 One difference from SINGA, on purpose: SINGA's ``tensor.add``, ``tensor.mult`` etc. are not
 seen by autograd; here they are the differentiable operators, so ``loss = (y - t) * (y - t)``
-can be back-propagated. Their values are SINGA's. Comparisons give float tensors of 0.0 and 1.0
-(as SINGA's), never a gradient. Functions that take SINGA's output tensor (``ret``, ``out``,
-``C``) write the result into its memory, outside autograd (assign).
+can be back-propagated. Their values and dtypes are SINGA's (_operands: int32 with int32 stays
+int32, int32 with a number or a float tensor becomes float). Comparisons give 0 and 1 in that
+dtype (as SINGA's), never a gradient. Functions that take SINGA's output tensor (``ret``,
+``out``, ``C``) write the result into its memory, outside autograd (assign).
 
 Only FUNCTIONS' names are installed; as_type and assign are public because Tensor's methods
 use them too (``t.as_type``, ``t += u``).
@@ -20,11 +21,11 @@ import numpy as np
 
 from nnmem import tensor as _tensor
 from nnmem.device import get_default_device
-from nnmem.ops import broadcast, pointwise, rearrange, reduce, transform
+from nnmem.ops import broadcast, contraction, pointwise, rearrange, reduce, transform
 from nnmem.ops import softmax as _softmax
 from nnmem.ops.activation import relu as _relu
 from nnmem.ops.activation import sigmoid as _sigmoid
-from nnmem.ops.arith import Scale
+from nnmem.ops.arith import Cast, Scale
 from nnmem.ops.linear import matmul
 from nnmem.ops.shape import cat
 from nnmem.ops.strides import axis_index
@@ -35,80 +36,131 @@ def _is_number(v):
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
-def _check_operands(op, *values):
-    for v in values:
+def _operands(op, lhs, rhs):
+    """(lhs, rhs, back): the operands as the arithmetic takes them, by SINGA's dtype rules, and
+    the dtype its result goes back to (None: the result's own).
+
+        float with float (one dtype)    that dtype
+        int32 with a float tensor       the float's dtype (the int32 operand converted first)
+        int32 with a number             float32 (SINGA's Python hands every number on as a float)
+        int32 with int32                int32: computed in float64, the result truncated back
+                                        toward zero (SINGA computes in float32; float64 holds
+                                        every int32 exactly, so sums and differences are exact)
+
+    A number is rounded to the dtype of the tensor it meets, as SINGA's C++ casts it (and
+    NumPy 2): ``t <= 3.45`` compares float32 values with float32(3.45), which a float32 tensor
+    that was given 3.45 holds exactly, not with the double 3.45, which it never equals."""
+    for v in (lhs, rhs):
         if not (isinstance(v, Tensor) or _is_number(v)):
             raise TypeError(f"{op}: a tensor and a {type(v).__name__}; give tensors or numbers")
+    tensors = [v for v in (lhs, rhs) if isinstance(v, Tensor)]
+    if not tensors:
+        raise TypeError(f"{op}: two numbers; give at least one tensor")
+    floats = [t.dtype for t in tensors if t.dtype.kind == "f"]
+    to = back = None
+    if len(floats) < len(tensors):  # an int32 operand
+        if floats:
+            to = floats[0]
+        elif len(tensors) == 1:
+            to = _tensor.float32
+        else:
+            to, back = _tensor.float64, _tensor.int32
+    lhs, rhs = (_converted(v, to) for v in (lhs, rhs))
+    dtype = next(v.dtype for v in (lhs, rhs) if isinstance(v, Tensor))
+    lhs, rhs = (v if isinstance(v, Tensor) else float(dtype.type(v)) for v in (lhs, rhs))
+    return lhs, rhs, back
 
 
-def _promote(a, b):
-    """(a, b) with an int tensor converted to the other's float dtype: SINGA adds an int mask
-    to a float one. A host round trip outside autograd (integer tensors carry no gradient)."""
-    if a.dtype.kind == "i" and b.dtype.kind == "f":
-        return as_type(a, b.dtype), b
-    if b.dtype.kind == "i" and a.dtype.kind == "f":
-        return a, as_type(b, a.dtype)
-    return a, b
+def _converted(v, dtype):
+    """An int tensor `v` converted to `dtype` (where a dtype is given); any other v as it is."""
+    if dtype is None or not isinstance(v, Tensor) or v.dtype.kind == "f":
+        return v
+    return as_type(v, dtype)
+
+
+def _result(y, back, ret):
+    """y converted back to `back` (when given), then written into SINGA's output `ret`."""
+    return _into(ret, y if back is None else as_type(y, back))
 
 
 def as_type(t, dtype):
-    """A new tensor with the data converted to `dtype` (SINGA also accepts 'int' and 'float').
-    Float to int truncates toward zero, as SINGA's AsType does."""
+    """A new tensor, on t's device, with t's data converted to `dtype` (SINGA also accepts
+    'int' and 'float'). Float to int truncates toward zero, as SINGA's AsType does. A device
+    operation (a recorded step replays it) and, as SINGA's, outside autograd."""
     dtype = {"int": _tensor.int32, "float": _tensor.float32}.get(dtype, dtype)
-    return _tensor.from_numpy(_tensor.to_numpy(t).astype(_tensor.check_dtype(dtype)), t.device)
+    return Cast(_tensor.check_dtype(dtype))(t)
 
 
-# -- arithmetic and comparisons (also Tensor's operators) ----------------------------------
+# -- arithmetic and comparisons (also Tensor's operators), by the dtype rules of _operands ---
 def add(lhs, rhs, ret=None):
     """lhs + rhs: tensors (broadcast) or a tensor and a number."""
-    _check_operands("add", lhs, rhs)
-    if _is_number(rhs):
-        return _into(ret, pointwise.add_scalar(lhs, rhs))
-    if _is_number(lhs):
-        return _into(ret, pointwise.add_scalar(rhs, lhs))
-    return _into(ret, broadcast.binary("add", *_promote(lhs, rhs)))
+    a, b, back = _operands("add", lhs, rhs)
+    if _is_number(b):
+        y = pointwise.add_scalar(a, b)
+    elif _is_number(a):
+        y = pointwise.add_scalar(b, a)
+    else:
+        y = broadcast.binary("add", a, b)
+    return _result(y, back, ret)
 
 
 def sub(lhs, rhs, ret=None):
     """lhs - rhs: tensors (broadcast) or a tensor and a number."""
-    _check_operands("sub", lhs, rhs)
-    if _is_number(rhs):
-        return _into(ret, pointwise.add_scalar(lhs, -rhs))
-    if _is_number(lhs):
-        return _into(ret, pointwise.add_scalar(Scale(-1.0)(rhs), lhs))
-    return _into(ret, broadcast.binary("sub", *_promote(lhs, rhs)))
+    a, b, back = _operands("sub", lhs, rhs)
+    if _is_number(b):
+        y = pointwise.add_scalar(a, -b)
+    elif _is_number(a):
+        y = pointwise.add_scalar(Scale(-1.0)(b), a)
+    else:
+        y = broadcast.binary("sub", a, b)
+    return _result(y, back, ret)
 
 
 def eltwise_mult(lhs, rhs, ret=None):
     """lhs * rhs elementwise: tensors (broadcast) or a tensor and a number."""
-    _check_operands("mul", lhs, rhs)
-    if _is_number(rhs):
-        return _into(ret, Scale(rhs)(lhs))
-    if _is_number(lhs):
-        return _into(ret, Scale(lhs)(rhs))
-    return _into(ret, broadcast.binary("mul", *_promote(lhs, rhs)))
+    a, b, back = _operands("mul", lhs, rhs)
+    if _is_number(b):
+        y = Scale(b)(a)
+    elif _is_number(a):
+        y = Scale(a)(b)
+    else:
+        y = broadcast.binary("mul", a, b)
+    return _result(y, back, ret)
 
 
 def div(lhs, rhs, ret=None):
-    """lhs / rhs: tensors (broadcast), a tensor by a number (times 1/rhs), a number by a tensor."""
-    _check_operands("div", lhs, rhs)
-    if _is_number(rhs):
-        return _into(ret, Scale(1.0 / rhs)(lhs))
-    if _is_number(lhs):
-        return _into(ret, Scale(lhs)(pointwise.reciprocal(rhs)))
-    return _into(ret, broadcast.div(*_promote(lhs, rhs)))
+    """lhs / rhs: tensors (broadcast), a tensor by a number (times 1/rhs), a number by a tensor.
+    int32 by int32 is int32, truncated toward zero (SINGA's; NumPy's would be a float)."""
+    a, b, back = _operands("div", lhs, rhs)
+    if _is_number(b):
+        y = Scale(1.0 / b)(a)
+    elif _is_number(a):
+        y = Scale(a)(pointwise.reciprocal(b))
+    else:
+        y = broadcast.div(a, b)
+    return _result(y, back, ret)
+
+
+#: x <how> t is t <MIRRORED[how]> x
+MIRRORED = {"gt": "lt", "ge": "le", "lt": "gt", "le": "ge", "eq": "eq"}
 
 
 def _compare(how):
     def compare(t, x):
-        _check_operands(how, t, x)
-        if _is_number(x):
-            return pointwise.compare_scalar(t, how, x)
-        a, b = _promote(t, x)
-        return broadcast.compare(a, how, b)
+        a, b, back = _operands(how, t, x)
+        if _is_number(b):
+            y = pointwise.compare_scalar(a, how, b)
+        elif _is_number(a):
+            y = pointwise.compare_scalar(b, MIRRORED[how], a)
+        else:
+            y = broadcast.compare(a, how, b)
+        return _result(y, back, None)
 
     compare.__name__ = how
-    compare.__doc__ = f"1.0 where t {how} x (a tensor, broadcast, or a number), else 0.0."
+    compare.__doc__ = (
+        f"1 where t {how} x (tensors, broadcast, or a tensor and a number), else 0: floats "
+        "0.0 and 1.0, or int32 for two int32 tensors (SINGA's)."
+    )
     return compare
 
 
@@ -132,12 +184,57 @@ def assign(t, value):
     return t.copy_data(value)
 
 
+def copy_data_to_from(dst, src, size, dst_offset=0, src_offset=0):
+    """Copy `size` elements of src, from its flat element `src_offset` on, into dst from its
+    flat element `dst_offset` on (SINGA's CopyDataToFrom); dst's other elements keep their
+    values, so dst must have been written unless the copy covers all of it. Returns dst.
+
+    One device copy on dst's device, outside autograd (a recorded step replays it); a src on
+    another device comes over through the host first. The dtypes must be equal (SINGA copies
+    bytes: an int32 read as a float32 is garbage), and two ranges of one block must not overlap
+    (the copy runs forward, element by element)."""
+    for name, n in (("size", size), ("dst_offset", dst_offset), ("src_offset", src_offset)):
+        if not isinstance(n, numbers.Integral) or n < 0:
+            raise ValueError(f"copy_data_to_from: {name} = {n!r}; give an int >= 0")
+    if dst.dtype != src.dtype:
+        raise TypeError(
+            f"copy_data_to_from: {src.dtype} into {dst.dtype}; convert the source first "
+            f"(src.as_type(tensor.{dst.dtype}))"
+        )
+    for name, t, start in (("dst", dst, dst_offset), ("src", src, src_offset)):
+        if start + size > t.size():
+            raise ValueError(
+                f"copy_data_to_from: elements {start} to {start + size} of {name}, which has "
+                f"{t.size()}; copy fewer elements or from a smaller offset"
+            )
+    if src.device is not dst.device:
+        flat = _tensor.to_numpy(src).reshape(-1)[src_offset : src_offset + size]
+        src, src_offset = _tensor.from_numpy(flat, dst.device), 0
+    elif src.block is dst.block and dst_offset - size < src_offset < dst_offset + size:
+        raise ValueError(
+            "copy_data_to_from: the ranges overlap in one block; copy through a clone (src.clone())"
+        )
+    copy, d, s = dst.device.kernels.copy, dst_offset, src_offset
+
+    def kernel(dst_, src_, *_):  # (and dst_ again, read, where the copy leaves some of it)
+        copy(dst_.reshape(-1)[d : d + size], src_.reshape(-1)[s : s + size])
+
+    dst.device.exec(
+        kernel,
+        reads=(src,) if size == dst.size() else (src, dst),
+        writes=(dst,),
+        name=f"copy_data_to_from into {dst._label()}",
+    )
+    return dst
+
+
 # -- SINGA's tensor functions -----------------------------------------------------------------
 # The pointwise ones are the operators themselves (each a function of one tensor).
 exp, log, sqrt, square = pointwise.exp, pointwise.log, pointwise.sqrt, pointwise.square
 tanh, sign, ceil = pointwise.tanh, pointwise.sign, pointwise.ceil
 abs = pointwise.abs  # noqa: A001 (SINGA's name)
 sigmoid, relu = _sigmoid, _relu
+einsum, tensordot = contraction.einsum, contraction.tensordot  # nnmem/ops/contraction.py
 
 
 def pow(t, x, out=None):  # noqa: A001 (SINGA's name)
@@ -270,48 +367,10 @@ def copy_from_numpy(data, np_array):
     return data.copy_from_numpy(np_array)
 
 
-FUNCTIONS = [
-    "add",
-    "sub",
-    "eltwise_mult",
-    "div",
-    "gt",
-    "ge",
-    "lt",
-    "le",
-    "eq",
-    "exp",
-    "log",
-    "sqrt",
-    "square",
-    "tanh",
-    "abs",
-    "sign",
-    "sigmoid",
-    "relu",
-    "pow",
-    "sum",
-    "average",
-    "softmax",
-    "mult",
-    "reshape",
-    "transpose",
-    "concatenate",
-    "random",
-    "ones_like",
-    "bernoulli",
-    "gaussian",
-    "uniform",
-    "copy_from_numpy",
-    "ceil",
-    "axpy",
-    "add_column",
-    "add_row",
-    "sum_columns",
-    "sum_rows",
-    "product",
-    "sizeof",
-    "contiguous",
-    "to_host",
-    "repeat",
-]
+#: the names installed on nnmem.tensor (nnmem/ops/__init__.py: attach_to_tensor)
+FUNCTIONS = """
+add sub eltwise_mult div gt ge lt le eq exp log sqrt square tanh abs sign sigmoid relu pow
+sum average softmax mult reshape transpose concatenate random ones_like bernoulli gaussian
+uniform copy_from_numpy copy_data_to_from ceil axpy add_column add_row sum_columns sum_rows
+product sizeof contiguous to_host repeat einsum tensordot
+""".split()

@@ -5,12 +5,15 @@ nnmem/ops/__init__ installs them on Tensor (nnmem.tensor sits below the operator
 import them).
 
 The arithmetic operators are SINGA's tensor functions (nnmem/ops/tensor_functions.py), so they
-are differentiable: ``loss = (y - t) * (y - t)`` can be back-propagated. Comparisons give float
-tensors of 0.0 and 1.0 (as SINGA's), never a gradient. ``t == u`` stays Python's identity test
-(tensors are dictionary keys: optimizers key their state by the parameter); use
-``tensor.eq(t, u)`` for the elementwise test. In-place arithmetic (``t += u``, ``t /= n``)
-writes the result into t's own memory, as SINGA's does, outside autograd.
+are differentiable: ``loss = (y - t) * (y - t)`` can be back-propagated. Comparisons give 0 and
+1 (floats; int32 for two int32 tensors, as SINGA's), never a gradient. ``t == 3.45`` is
+elementwise, as SINGA's, but ``t == u`` of two tensors stays Python's identity test (tensors are
+dictionary keys: optimizers key their state by the parameter); use ``tensor.eq(t, u)`` for the
+elementwise test. In-place arithmetic (``t += u``, ``t /= n``) writes the result into t's own
+memory, as SINGA's does, outside autograd.
 """
+
+import numbers
 
 import numpy as np
 
@@ -24,6 +27,7 @@ from nnmem.ops.tensor_functions import (
     assign,
     div,
     eltwise_mult,
+    eq,
     ge,
     gt,
     le,
@@ -45,11 +49,38 @@ def _neg(self):
     return Scale(-1.0)(self)
 
 
+def _is_number(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _eq(self, x):
+    """``t == x``: 1.0 where t equals the number x, else 0.0 (SINGA's); for anything else,
+    NotImplemented, so that Python falls back to identity (see the module docstring)."""
+    return eq(self, x) if _is_number(x) else NotImplemented
+
+
+def _ne(self, x):
+    """``t != x``: the complement of ``t == x`` (SINGA has none: its ``t != 3.45`` is False)."""
+    return sub(1.0, eq(self, x)) if _is_number(x) else NotImplemented
+
+
 def _getitem(self, key):
     return transform.Slice(key)(self)
 
 
 # -- SINGA's Tensor methods ---------------------------------------------------------------------
+def _values_as(dtype):
+    """SWIG's GetFloatValue(n) / GetIntValue(n): the first n elements, flat, in `dtype` (a
+    host copy; SINGA's `t.data.GetFloatValue(t.size())` reads a whole tensor)."""
+
+    def read(self, n):
+        if not 0 <= n <= self.size():
+            raise ValueError(f"asked for {n} values of a tensor of {self.size()}: 0 to size()")
+        return _tensor.to_numpy(self).reshape(-1)[:n].astype(dtype)
+
+    return read
+
+
 def _transpose_method(self, axes=None):
     """A new tensor with the axes permuted (reversed by default)."""
     return transform.transpose(self, axes)
@@ -101,13 +132,14 @@ def _to_type(self, dtype):
 
 
 def _to_device(self, device):
-    """Move the data to `device` (its pool gets a new block; the old one is given back)."""
+    """Move the data to `device` (its pool gets a new block; the old one is given back). A
+    tensor nothing has written yet moves no bytes: it stays unwritten, on `device`."""
     if device is self.device:
         return
-    data = _tensor.to_numpy(self)
-    _take_over(
-        self, Tensor(self.shape, device, self.dtype, requires_grad=False).copy_from_numpy(data)
-    )
+    moved = Tensor(self.shape, device, self.dtype, requires_grad=False)
+    if self.block.allocated or self.device.recorder is not None:
+        moved.copy_from_numpy(_tensor.to_numpy(self))  # (a read while recording: its clear error)
+    _take_over(self, moved)
 
 
 def _to_host(self):
@@ -158,6 +190,8 @@ TENSOR_METHODS = {
     "__ge__": ge,
     "__lt__": lt,
     "__le__": le,
+    "__eq__": _eq,  # the class keeps object's __hash__: setattr does not reset it
+    "__ne__": _ne,
     "__iadd__": _inplace(add),
     "__isub__": _inplace(sub),
     "__imul__": _inplace(eltwise_mult),
@@ -169,10 +203,14 @@ TENSOR_METHODS = {
     "l2": _l2,
     "bernoulli": _bernoulli,
     "as_type": as_type,
+    "AsType": as_type,  # SWIG's name, which SINGA's modules call on `t.data`
+    "data_type": lambda self: self.dtype,  # SWIG's: here the NumPy dtype (singa.kFloat32, ...)
     "to_type": _to_type,
     "to_device": _to_device,
     "to_host": _to_host,
     "copy_from": _copy_from,
+    "GetFloatValue": _values_as(np.float32),
+    "GetIntValue": _values_as(np.int32),
     "data": property(lambda self: self, doc="SINGA's underlying tensor: here, the tensor itself"),
     "copy": _copy,
     "repeat": lambda self, repeats, axis=None: repeat(self, repeats, axis),

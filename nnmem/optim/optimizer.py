@@ -63,6 +63,19 @@ def _check_gradient_sizes(gradients):
         )
 
 
+#: SINGA's attribute for a setting's current value -> the setting (SGD's mom_value: momentum).
+_VALUE_NAMES = {
+    "lr_value": "lr",
+    "mom_value": "momentum",
+    "dam_value": "dampening",
+    "decay_value": "weight_decay",
+    "rho_value": "rho",
+    "epsilon_value": "epsilon",
+    "beta_1_value": "beta_1",
+    "beta_2_value": "beta_2",
+}
+
+
 class Optimizer:
     """The base: a learning rate (a number or a DecayScheduler), SINGA's dtype (stored: the
     parameters keep their own), the step counter and every parameter's state.
@@ -177,9 +190,27 @@ class Optimizer:
 
     backward_and_update = __call__
 
+    def __getattr__(self, name):
+        """SINGA's lr_value, mom_value, ...: the setting's value now (a schedule's at the steps
+        taken), a 1-element float32 tensor, read when asked."""
+        setting = _VALUE_NAMES.get(name)
+        if setting is None or setting not in vars(self):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = getattr(self, setting)
+        if isinstance(value, DecayScheduler):
+            value = value(self._count())
+        device = self._steps.device if self._steps is not None else None
+        return Tensor((1,), device, requires_grad=False).set_value(value)
+
     @property
     def step_counter(self):
-        """How many steps have been taken (SINGA's name)."""
+        """The steps taken, as SINGA's: a 1-element int32 tensor (the one the updates read, once
+        one has made it; before, a new tensor holding the count)."""
+        made = self._steps is not None
+        return self._steps if made else Tensor((1,), None, np.int32).set_value(self._count())
+
+    def _count(self):
+        """The steps taken, as an int (read from the device once the counter is there)."""
         if self._steps is None:
             return self._restored.get("step_counter", 0)
         return int(to_numpy(self._steps)[0])
@@ -188,12 +219,15 @@ class Optimizer:
         raise NotImplementedError
 
     def update(self, param, grad):
-        """SINGA's: queue the update of one parameter by its gradient now (the step counter
-        advances with step())."""
+        """SINGA's: queue one parameter's update by its gradient now (the count: step())."""
         self.apply(param.name, param, grad)
 
     def step(self):
-        if self._steps is not None:
+        """Advance the step counter: on the device once it exists (the updates read it there),
+        else the count kept for it (SINGA's tests step an optimizer before any update)."""
+        if self._steps is None:
+            self._restored["step_counter"] = self._restored.get("step_counter", 0) + 1
+        else:
             increment = self._steps.device.kernels.increment
             self._steps.device.exec(
                 lambda steps_, _: increment(steps_),
@@ -245,7 +279,7 @@ class Optimizer:
         (SINGA hands out its live tensors). What set_states gave for parameters not seen yet
         is in it as given, so set_states(get_states()) changes nothing."""
         named = self._named_states()
-        states = {"step_counter": self.step_counter}
+        states = {"step_counter": self._count()}
         for i, (kind, _) in enumerate(self._STATES):
             states[kind] = {name: to_numpy(_as_tuple(s)[i]) for name, s in named.items()}
             states[kind].update(self._restored.get(kind, {}))

@@ -36,10 +36,15 @@ class DecayScheduler:
         )
 
     def __call__(self, step):
-        """The value after `step` finished steps (a number, or a 1-element tensor such as
-        SINGA's step counter), as a float (SINGA returns a 1-element tensor)."""
+        """The value after `step` finished steps. As SINGA's: given its step counter (a
+        1-element tensor), a 1-element float32 tensor on the same device; given a number, a
+        float."""
         if isinstance(step, Tensor):
-            step = to_numpy(step).reshape(-1)[0]
+            value = self._at(to_numpy(step).reshape(-1)[0])
+            return Tensor((1,), step.device, requires_grad=False).set_value(value)
+        return self._at(step)
+
+    def _at(self, step):
         init, rate, period, staircase = self.schedule()
         e = step / period
         if staircase:

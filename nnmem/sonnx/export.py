@@ -23,7 +23,7 @@ from onnx import helper, numpy_helper
 
 from nnmem import operation
 from nnmem.ops.activation import ReLU, Sigmoid
-from nnmem.ops.arith import Add, Mul, Reshape, Scale, Sub
+from nnmem.ops.arith import Add, Cast, Mul, Reshape, Scale, Sub
 from nnmem.ops.batchnorm import BatchNorm2d
 from nnmem.ops.broadcast import Broadcast
 from nnmem.ops.conv import Conv2d
@@ -318,6 +318,11 @@ def _scale(b, op, xs, ys):
     b.node("Mul", [xs[0], b.constant(np.array(op.alpha, xs[0].dtype), "alpha")], ys)
 
 
+def _cast(b, op, xs, ys):
+    to = helper.np_dtype_to_tensor_dtype(np.dtype(op.dtype))
+    b.node("Cast", xs, ys, to=int(to))
+
+
 def _broadcast(b, op, xs, ys):
     names = dict(add="Add", sub="Sub", mul="Mul", div="Div", pow="Pow", max="Max", min="Min")
     if op.how not in names:  # comparisons give floats in nnmem, booleans in ONNX
@@ -364,6 +369,7 @@ CONVERTERS = {
     Sub: _same("Sub"),
     Mul: _same("Mul"),
     Scale: _scale,
+    Cast: _cast,
     Reshape: _reshape,
     Broadcast: _broadcast,
     Flatten: lambda b, op, xs, ys: b.node("Flatten", xs, ys, axis=op.axis),

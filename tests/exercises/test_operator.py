@@ -139,7 +139,7 @@ def test_backward_keeps_y_and_lets_x_go(dev, name):
     t_np = np.random.default_rng(2).standard_normal((2, 6)).astype(np.float32)
     loss = autograd.mse_loss(y, tensor.from_numpy(t_np, dev))
     y_np = tensor.to_numpy(y)
-    dy = (y_np - t_np) / 2  # SINGA's mse: 0.5 sum((y - t)^2) / N, N = 2
+    dy = 2 * (y_np - t_np) / y_np.size  # SINGA's mse: sum((y - t)^2) / n, n = every element
     local = (y_np > 0).astype(np.float32) if name == "relu" else y_np * (1 - y_np)
     grads = {id(param): tensor.to_numpy(g) for param, g in autograd.backward(loss)}
     np.testing.assert_allclose(grads[id(p)], dy * local * 0.5, rtol=1e-5, atol=1e-7)

@@ -1,10 +1,9 @@
 """Converters of the convolutional networks' operators: Conv, MaxPool, AveragePool,
 GlobalAveragePool, GlobalMaxPool, BatchNormalization, LRN and Dropout (NCHW, 2-D)."""
 
-import math
-
 from nnmem import autograd
 from nnmem.ops.batchnorm import BatchNorm2d
+from nnmem.ops.conv import PAD_MODES, auto_pads
 from nnmem.ops.pooling import Pooling2d
 from nnmem.sonnx.converters import converts
 
@@ -110,19 +109,13 @@ def _check_2d(call, x):
 
 
 def _pads(call, size, kernel, stride, dilation):
-    """ONNX's pads [top, left, bottom, right], from `pads` or auto_pad."""
+    """ONNX's pads [top, left, bottom, right], from `pads` or auto_pad (nnmem.ops.conv)."""
     auto = call.attr("auto_pad", "NOTSET")
     if auto in ("NOTSET", ""):
         return tuple(call.attr("pads", (0, 0, 0, 0)))
-    if auto == "VALID":
-        return (0, 0, 0, 0)
-    begin, end = [], []
-    for n, k, s, d in zip(size, kernel, stride, dilation):
-        total = max((math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n, 0)
-        small, large = total // 2, total - total // 2
-        begin.append(small if auto == "SAME_UPPER" else large)
-        end.append(large if auto == "SAME_UPPER" else small)
-    return tuple(begin + end)
+    if auto not in PAD_MODES:
+        raise call.fail(f"auto_pad {auto!r} is none of ONNX's {PAD_MODES}")
+    return auto_pads(auto, size, kernel, stride, dilation)
 
 
 def _padding(pads):
