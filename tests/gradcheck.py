@@ -50,3 +50,18 @@ def check_gradients(fn, *arrays, eps=1e-6, rtol=1e-6, atol=1e-9, seed=0):
             analytic[i], numeric, rtol=rtol, atol=atol, err_msg=f"gradient of input {i}"
         )
     return analytic
+
+
+def forward_and_backward(dev, fn, arrays, cotangent):
+    """fn's output and every input's gradient for the cotangent, as host arrays, on dev: what
+    the tests of the CUDA kernels compare with the CPU's."""
+    autograd.training = True
+    ts = [
+        tensor.Tensor(a.shape, dev, tensor.float64, requires_grad=True, stores_grad=True)
+        for a in arrays
+    ]
+    for t, a in zip(ts, arrays):
+        t.copy_from_numpy(a)
+    y = fn(*ts)
+    grads = dict(autograd.backward(y, tensor.from_numpy(cotangent, dev)))
+    return [tensor.to_numpy(y)] + [tensor.to_numpy(grads[t]) for t in ts]

@@ -7,7 +7,7 @@ process of its own; skipped otherwise). Tiny shapes: the whole file takes second
 
 import numpy as np
 import pytest
-from gradcheck import check_gradients
+from gradcheck import check_gradients, forward_and_backward
 
 from nnmem import autograd, device, tensor
 from nnmem.kernels import sizes
@@ -201,20 +201,6 @@ def test_sizes_follow_onnx():
 
 
 # ---------------------------------------------------------------- the CUDA device
-def forward_and_backward(dev, fn, arrays, cotangent):
-    """fn's output and every input's gradient for the cotangent, as host arrays, on dev."""
-    autograd.training = True
-    ts = [
-        tensor.Tensor(a.shape, dev, tensor.float64, requires_grad=True, stores_grad=True)
-        for a in arrays
-    ]
-    for t, a in zip(ts, arrays):
-        t.copy_from_numpy(a)
-    y = fn(*ts)
-    grads = dict(autograd.backward(y, tensor.from_numpy(cotangent, dev)))
-    return [tensor.to_numpy(y)] + [tensor.to_numpy(grads[t]) for t in ts]
-
-
 CUDA_CASES = {
     **{f"conv_{case}": conv(case)[::2] for case in CONVS if case != "symmetric_as_four"},
     **{f"maxpool_{case}": (pool(case, True)[0], [POOL_INPUT]) for case in POOLS},

@@ -8,8 +8,8 @@ process of its own; skipped otherwise). Tiny shapes."""
 
 import numpy as np
 import pytest
-from gradcheck import check_gradients
-from test_ops_onnx_cnn import forward_and_backward, on_cpu, onnx_reference
+from gradcheck import check_gradients, forward_and_backward
+from test_ops_onnx_cnn import on_cpu, onnx_reference
 
 from nnmem import autograd, device, layer, model, opt, tensor
 from nnmem.ops.conv import auto_pads

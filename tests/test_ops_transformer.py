@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from gradcheck import check_gradients
+from gradcheck import check_gradients, forward_and_backward
 
 from nnmem import autograd, device, tensor
 from nnmem.ops import rearrange
@@ -207,20 +207,6 @@ def test_mean_transpose_reshape():
 
 
 # -- the CUDA kernels against the CPU's (simulator or GPU) --------------------------------------
-def forward_and_backward(dev, fn, arrays, cotangent):
-    """fn's output and every input's gradient for the cotangent, as host arrays, on dev."""
-    autograd.training = True
-    ts = [
-        tensor.Tensor(a.shape, dev, tensor.float64, requires_grad=True, stores_grad=True)
-        for a in arrays
-    ]
-    for t, a in zip(ts, arrays):
-        t.copy_from_numpy(a)
-    y = fn(*ts)
-    grads = dict(autograd.backward(y, tensor.from_numpy(cotangent, dev)))
-    return [tensor.to_numpy(y)] + [tensor.to_numpy(grads[t]) for t in ts]
-
-
 LONG_SCALE = randn(130)
 CASES = {
     # 9 rows: more than dscale's 8 row shares; 130 features: more than a row block's 128 threads

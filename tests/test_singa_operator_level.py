@@ -6,7 +6,7 @@ parts save, no more, and frees it in its backward."""
 
 import numpy as np
 import pytest
-from gradcheck import check_gradients
+from gradcheck import check_gradients, forward_and_backward
 
 from nnmem import autograd, device, operation, tensor
 from nnmem.memory.units import aligned_size
@@ -271,19 +271,6 @@ def test_a_composite_backward_takes_one_gradient_per_output(training):
 
 
 CUDA_CASES = ["where", "split_swapped", "mse"]  # the new uses of the kernels: Split, MSE's scale
-
-
-def forward_and_backward(dev, fn, arrays, cotangent):
-    autograd.training = True
-    ts = [
-        tensor.Tensor(a.shape, dev, tensor.float64, requires_grad=True, stores_grad=True)
-        for a in arrays
-    ]
-    for t, a in zip(ts, arrays):
-        t.copy_from_numpy(a)
-    y = fn(*ts)
-    grads = dict(autograd.backward(y, tensor.from_numpy(cotangent, dev)))
-    return [tensor.to_numpy(y)] + [tensor.to_numpy(grads[t]) for t in ts]
 
 
 @pytest.mark.parametrize("name", CUDA_CASES)
