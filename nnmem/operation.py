@@ -92,9 +92,12 @@ def _running(op):
 def _runs_as_backward(backward):
     @functools.wraps(backward)
     def run(self, *dys):
-        self.phase = "backward"
-        with _running(self):
-            return backward(self, *dys)
+        phase, self.phase = self.phase, "backward"
+        try:
+            with _running(self):
+                return backward(self, *dys)
+        finally:
+            self.phase = phase  # an operator run forward again records forward kernels
 
     return run
 
@@ -186,13 +189,18 @@ class Operator:
         if not self.requires_grad:
             self.saved = ()
             return ys
+        # The walk follows an input only where a gradient flows into it: an operation it never
+        # visits (on an input batch, before the first parameter) is not linked, so it and what
+        # it saved die with its output instead of living until this operation's backward.
         self.src = [
             (
                 x.creator,
                 getattr(x, "creator_index", 0),
                 x if x.creator is None and x.stores_grad else None,
             )
-            for x in xs
+            if flows
+            else (None, 0, None)
+            for x, flows in zip(xs, self.grad_flows)
         ]
         outputs = ys if isinstance(ys, tuple) else (ys,)
         self.output_meta = [(y.shape, y.dtype) for y in outputs]

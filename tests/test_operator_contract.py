@@ -120,3 +120,31 @@ def test_bad_operator_input_is_a_value_error_and_singas_assertion_error():
         with pytest.raises(ValueError, match="shape") as raised:
             call(x, t)
         assert isinstance(raised.value, AssertionError)
+
+
+def test_operations_before_the_first_parameter_keep_nothing_alive(training):
+    """relu(exp(x * x)) on an input batch is recorded (SINGA's contract) and saves tensors, but
+    the walk never visits it: after the forward pass, with h and y left, what those operations
+    made is gone, as with an input that requires no gradient."""
+
+    def held_after_forward(requires_grad):
+        dev = device.create_cpu_device("4MiB")
+        x = tensor.from_numpy(np.ones((64, 64), np.float32), dev)
+        x.requires_grad = requires_grad
+        w = tensor.from_numpy(np.ones((64, 64), np.float32), dev)
+        w.stores_grad = True
+        h = x
+        for _ in range(3):
+            h = autograd.relu(autograd.exp(autograd.mul(h, h) * 0.1))
+        y = autograd.mul(w, h)
+        assert y.creator.grad_flows == (True, False)
+        return dev.memory_stats()["allocated_bytes.current"]
+
+    assert held_after_forward(True) == held_after_forward(False)
+
+
+def test_a_direct_backward_leaves_the_operator_in_its_forward_phase(training):
+    dev = device.create_cpu_device("1MiB")
+    y = autograd.relu(tensor.from_numpy(np.array([1.0, -1.0], np.float32), dev))
+    y.creator.backward(tensor.from_numpy(np.ones(2, np.float32), dev))
+    assert y.creator.phase == "forward"
