@@ -2,15 +2,18 @@
 
     python bench/conv.py [--shapes 32,16,32,16,1 ...] [--repeats 7] [--json out.json]
 
-A shape is N,C,H,O,S: batch, channels, height = width, filters, stride (3x3 filters, padding
-1). The defaults are ResNet-20's at batch 32: its three stages (16, 32 and 64 channels of
-32x32, 16x16 and 8x8), its two stride-2 convolutions, and two wider layers where the GEMM
-takes over (kernels/cpu/conv3x3.py and nnmem/ops/conv.py's CONV3X3_FIRST_UP_TO say why).
+A shape is N,C,H,O,S[,K]: batch, channels, height = width, filters, stride, and the filters'
+size K, 3 (padding 1) or 1 (no padding); 3 when left out. The defaults are ResNet-20's at batch
+32: its three stages (16, 32 and 64 channels of 32x32, 16x16 and 8x8), its two stride-2
+convolutions and a 1x1 stride-2 projection shortcut; two wider layers where the GEMM takes
+over (kernels/cpu/conv3x3.py and nnmem/ops/conv.py's CONV3X3_FIRST_UP_TO say why); and two
+1x1 convolutions of a ResNet-50 bottleneck (256 channels of 14x14 to 64 filters, and back).
 
 Each pass (forward, backward data, backward filter) of each algorithm that applies (conv3x3
-only to stride 1; gemm with a workspace that holds the whole batch; direct with none) is
-timed on the same float32 arrays, fastest of --repeats runs after one that may compile;
-GFLOP/s counts 2 * N * O * OH * OW * C * 9 floating-point operations a pass. For a yardstick
+to 3x3 stride 1, conv3x3s2 to 3x3 stride 2, conv1x1 to 1x1; gemm with a workspace that holds
+the whole batch; direct with none) is timed on the same float32 arrays, fastest of --repeats
+runs after one that may compile; GFLOP/s counts 2 * N * O * OH * OW * C * K^2 floating-point
+operations a pass. For a yardstick
 the script also times OpenBLAS's sgemm on one thread (1024 x 1024 x 1024): this machine's
 peak is about that figure times the number of cores. The last line is the JSON.
 """
@@ -31,20 +34,23 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train import emit_json  # noqa: E402
 
 RESNET20 = ["32,16,32,16,1", "32,32,16,32,1", "32,64,8,64,1", "32,16,32,32,2", "32,32,16,64,2"]
+RESNET20 += ["32,16,32,32,2,1"]
 WIDER = ["8,256,8,256,1", "4,512,4,512,1"]
+BOTTLENECK = ["8,256,14,64,1,1", "8,64,14,256,1,1"]
 
 
 def shape(text):
-    """(N, C, H, O, S) from "N,C,H,O,S", each a positive integer (argparse's type: a bad one is
-    a one-line error naming the flag)."""
+    """(N, C, H, O, S, K) from "N,C,H,O,S" or "N,C,H,O,S,K", positive integers, K 1 or 3 (3 when
+    left out) (argparse's type: a bad one is a one-line error naming the flag)."""
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         values = ()
-    if len(values) != 5 or min(values) < 1:
+    values += (3,) * (len(values) == 5)
+    if len(values) != 6 or min(values) < 1 or values[5] not in (1, 3):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: give N,C,H,O,S (batch, channels, height, filters, stride), positive "
-            "integers, e.g. 32,16,32,16,1"
+            f"{text!r}: give N,C,H,O,S[,K] (batch, channels, height, filters, stride, filter "
+            "size 1 or 3), positive integers, e.g. 32,16,32,16,1 or 32,16,32,32,2,1"
         )
     return values
 
@@ -60,38 +66,55 @@ def fastest(fn, repeats):
     return best
 
 
-def passes(n, c, h, o, s, rng):
+def passes(n, c, h, o, s, k, rng):
     """{algorithm: {pass: function}} for the shape, on fresh arrays."""
+    p = k // 2
     x = rng.standard_normal((n, c, h, h), dtype=np.float32)
-    w = rng.standard_normal((o, c, 3, 3), dtype=np.float32)
-    _, _, oh, ow = sizes.conv2d_output_shape(n, c, h, h, o, 3, 3, s, s, 1, 1)
+    w = rng.standard_normal((o, c, k, k), dtype=np.float32)
+    _, _, oh, ow = sizes.conv2d_output_shape(n, c, h, h, o, k, k, s, s, p, p)
     dy = rng.standard_normal((n, o, oh, ow), dtype=np.float32)
     y, dx, dw = np.empty_like(dy), np.empty_like(x), np.empty_like(w)
     gemm_ws = np.empty(
-        n * sizes.conv2d_gemm_workspace_per_sample(c, h, h, o, 3, 3, s, s, 1, 1), x.dtype
+        n * sizes.conv2d_gemm_workspace_per_sample(c, h, h, o, k, k, s, s, p, p), x.dtype
     )
     runs = {
         "gemm": {
-            "forward": lambda: K.conv2d_forward_gemm(y, x, w, gemm_ws, s, s, 1, 1),
-            "backward data": lambda: K.conv2d_backward_data_gemm(dx, dy, w, gemm_ws, s, s, 1, 1),
+            "forward": lambda: K.conv2d_forward_gemm(y, x, w, gemm_ws, s, s, p, p),
+            "backward data": lambda: K.conv2d_backward_data_gemm(dx, dy, w, gemm_ws, s, s, p, p),
             "backward filter": lambda: K.conv2d_backward_filter_gemm(
-                dw, dy, x, gemm_ws, s, s, 1, 1
+                dw, dy, x, gemm_ws, s, s, p, p
             ),
         },
         "direct": {
-            "forward": lambda: K.conv2d_forward_direct(y, x, w, s, s, 1, 1),
-            "backward data": lambda: K.conv2d_backward_data_direct(dx, dy, w, s, s, 1, 1),
-            "backward filter": lambda: K.conv2d_backward_filter_direct(dw, dy, x, s, s, 1, 1),
+            "forward": lambda: K.conv2d_forward_direct(y, x, w, s, s, p, p),
+            "backward data": lambda: K.conv2d_backward_data_direct(dx, dy, w, s, s, p, p),
+            "backward filter": lambda: K.conv2d_backward_filter_direct(dw, dy, x, s, s, p, p),
         },
     }
-    if sizes.conv3x3_applies(3, 3, s, s, 1, 1):
-        ws = np.empty(n * sizes.conv3x3_workspace_per_sample(c, o, h, h), x.dtype)
-        runs["conv3x3"] = {
-            "forward": lambda: K.conv3x3_forward(y, x, w, ws),
-            "backward data": lambda: K.conv3x3_backward_data(dx, dy, w, ws),
-            "backward filter": lambda: K.conv3x3_backward_filter(dw, dy, x, ws),
+    # the kernels of one geometry, each with the workspace the batch needs
+    for name, applies, per_sample in (
+        ("conv3x3", sizes.conv3x3_applies, sizes.conv3x3_workspace_per_sample(c, o, h, h)),
+        ("conv3x3s2", sizes.conv3x3s2_applies, sizes.conv3x3s2_workspace_per_sample(c, o, h, h)),
+    ):
+        if applies(k, k, s, s, p, p):
+            ws = np.empty(n * per_sample, x.dtype)
+            runs[name] = {
+                "forward": lambda f=getattr(K, f"{name}_forward"), ws=ws: f(y, x, w, ws),
+                "backward data": lambda f=getattr(K, f"{name}_backward_data"), ws=ws: f(
+                    dx, dy, w, ws
+                ),
+                "backward filter": lambda f=getattr(K, f"{name}_backward_filter"), ws=ws: f(
+                    dw, dy, x, ws
+                ),
+            }
+    if sizes.conv1x1_applies(k, k, s, s, p, p):
+        ws1 = np.empty(n * sizes.conv1x1_workspace_per_sample(c, h, h, s, s), x.dtype)
+        runs["conv1x1"] = {
+            "forward": lambda: K.conv1x1_forward(y, x, w, ws1, s, s),
+            "backward data": lambda: K.conv1x1_backward_data(dx, dy, w, ws1, s, s),
+            "backward filter": lambda: K.conv1x1_backward_filter(dw, dy, x, ws1, s, s),
         }
-    return runs, 2.0 * n * o * oh * ow * c * 9
+    return runs, 2.0 * n * o * oh * ow * c * k * k
 
 
 def sgemm_one_thread(repeats):
@@ -115,8 +138,8 @@ def main():
         "--shapes",
         nargs="+",
         type=shape,
-        default=[shape(text) for text in RESNET20 + WIDER],
-        help="N,C,H,O,S each",
+        default=[shape(text) for text in RESNET20 + WIDER + BOTTLENECK],
+        help="N,C,H,O,S[,K] each",
     )
     parser.add_argument("--repeats", type=positive_int, default=7)
     parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
@@ -126,18 +149,21 @@ def main():
     if peak is not None:
         print(f"OpenBLAS sgemm 1024^3 on one thread: {peak:.0f} GFLOP/s")
     results = []
-    print(f"{'N,C,HxW,O,stride':22} {'algorithm':9} {'forward':>16} {'data':>16} {'filter':>16}")
-    for n, c, h, o, s in args.shapes:
-        runs, flop = passes(n, c, h, o, s, rng)
+    print(
+        f"{'N,C,HxW,O,stride[,1x1]':22} {'algorithm':9} {'forward':>16} {'data':>16} {'filter':>16}"
+    )
+    for n, c, h, o, s, k in args.shapes:
+        runs, flop = passes(n, c, h, o, s, k, rng)
         for algorithm, fns in runs.items():
-            row = {"shape": [n, c, h, o, s], "algorithm": algorithm}
+            row = {"shape": [n, c, h, o, s, k], "algorithm": algorithm}
             cells = []
             for name, fn in fns.items():
                 seconds = fastest(fn, args.repeats)
                 row[name] = {"ms": seconds * 1e3, "gflops": flop / seconds / 1e9}
                 cells.append(f"{seconds * 1e3:6.2f} ms {flop / seconds / 1e9:4.0f} GF")
             results.append(row)
-            print(f"{f'{n},{c},{h}x{h},{o},{s}':22} {algorithm:9} " + " ".join(cells), flush=True)
+            label = f"{n},{c},{h}x{h},{o},{s}" + (",1x1" if k == 1 else "")
+            print(f"{label:22} {algorithm:9} " + " ".join(cells), flush=True)
     emit_json({"sgemm_one_thread_gflops": peak, "passes": results}, args.json)
 
 

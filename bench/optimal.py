@@ -140,7 +140,10 @@ class Run:
         self.ty = tensor.PlaceHolder((net.shape[0],), self.dev, tensor.int32)
         self.tx.copy_from_numpy(rng.random(net.shape, dtype=np.float32))
         self.ty.copy_from_numpy(rng.integers(0, 10, net.shape[0]).astype(np.int32))
-        self.model.compile([self.tx], is_train=True, use_graph=True, **compile_options)
+        # unfused: the optimal planner and the heuristics it weighs plan the unfused recording
+        # (CompiledStep.recording), so each run's pool is the one they planned
+        options = {"fuse": False, **compile_options}
+        self.model.compile([self.tx], is_train=True, use_graph=True, **options)
         self.seconds, self.losses = [], []
 
     def step(self):
@@ -182,7 +185,7 @@ def record(net, link):
     run = Run(net, link)
     run.step()  # records, plans liveness, runs
     step = run.compiled
-    planner = OptimalPlanner(step.recorded, step.recorded_kinds, run.dev, False, True)
+    planner = OptimalPlanner(*step.recording(optimal=True), run.dev, False, True)
     liveness = pool_bytes_needed(planner.liveness, run.dev, True)
     _, smallest, proven = planner.smallest()
     return Recording(run, planner, liveness, smallest, proven)
@@ -407,7 +410,7 @@ def recorded_planner(model, shape, dev):
     model(tx, ty)
     step = model.compiled_step(tx, ty)
     recorded = time.perf_counter()
-    planner = OptimalPlanner(step.recorded, step.recorded_kinds, dev, False, True)
+    planner = OptimalPlanner(*step.recording(optimal=True), dev, False, True)
     return planner, recorded - start, time.perf_counter() - recorded
 
 

@@ -53,7 +53,57 @@ class ResNet(nn.Module):
         return self.net(x)
 
 
+def _bn_relu_conv(cin, cout, size):
+    """nnmem.models.densenet's BatchNorm -> ReLU -> convolution (no bias, same padding)."""
+    return nn.Sequential(
+        nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, cout, size, 1, size // 2, bias=False)
+    )
+
+
+class DenseBlock(nn.Module):
+    """Layer i reads cat(x, out_0, ..., out_{i-1}); the output joins them all."""
+
+    def __init__(self, cin, num_layers, growth):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            _bn_relu_conv(cin + i * growth, growth, 3) for i in range(num_layers)
+        )
+        self.out_channels = cin + num_layers * growth
+
+    def forward(self, x):
+        features, joined = [x], x
+        for dense in self.layers:
+            features.append(dense(joined))
+            joined = torch.cat(features, 1)  # a new, longer copy each time, as nnmem's Cat
+        return joined
+
+
+class DenseNet(nn.Module):
+    """nnmem.models.densenet.DenseNet: a 3x3 stem of 2 * growth channels, dense blocks joined
+    by BatchNorm -> ReLU -> 1x1 convolution -> 2x2 average pool, then BatchNorm, ReLU, global
+    average pooling and a Linear layer."""
+
+    def __init__(self, growth=12, layers_per_block=4, blocks=3, num_channels=3, num_classes=10):
+        super().__init__()
+        c = 2 * growth
+        layers = [nn.Conv2d(num_channels, c, 3, 1, 1, bias=False)]
+        for b in range(blocks):
+            layers.append(DenseBlock(c, layers_per_block, growth))
+            c = layers[-1].out_channels
+            if b + 1 < blocks:
+                layers += [_bn_relu_conv(c, c, 1), nn.AvgPool2d(2)]
+        layers += [nn.BatchNorm2d(c), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        self.net = nn.Sequential(*layers, nn.Linear(c, num_classes))
+
+    def forward(self, x):
+        return self.net(x)
+
+
 def build(name, num_channels=1, depth=20, hidden=(256, 256)):
+    """The twin of nnmem.models.create_model(name, ...) for the benchmark's nets (the zoo
+    DenseNet with its default growth 12, 4 layers per block, 3 blocks)."""
+    if name == "densenet":
+        return DenseNet(num_channels=num_channels)
     if name == "mlp":
         layers, width = [nn.Flatten()], 784
         for h in hidden:
@@ -288,3 +338,14 @@ def _saved_by_kind(seen, net, x, y):
     for address, nbytes in seen.items():
         counted[kinds.get(address, "activations")] += nbytes
     return counted
+
+
+def step_flops(step):
+    """Floating-point operations of one call of `step` (a training step), as PyTorch's
+    FlopCounterMode counts them: convolutions and matrix products, forward and backward, 2 per
+    multiply-add (the step runs once)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return counter.get_total_flops()

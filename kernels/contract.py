@@ -77,6 +77,24 @@ FAMILIES = {
         "mse_backward",
     ),
     "optim": ("sgd_update", "adam_update", "rmsprop_update", "adagrad_update"),
+    # one pass where graph mode's fusion (nnmem/graph/fuse.py) finds two or three: each gives the
+    # bits of the unfused kernels it replaces, run one after the other
+    "fused": (
+        "batchnorm2d_relu_forward_train",
+        "batchnorm2d_relu_forward_apply",
+        "batchnorm2d_relu_backward",
+        "batchnorm2d_add_relu_forward_train",
+        "batchnorm2d_add_relu_forward_apply",
+        "batchnorm2d_add_relu_backward",
+        "add_bias_relu_nchw",
+        "relu_backward_bias_grad_nchw",
+        "add_bias_rows_relu",
+        "relu_backward_sum_rows",
+    ),
+    # the direct paths of ResNet's downsampling convolutions (3x3 stride 2, 1x1 any stride),
+    # which conv.py's "auto" picks over im2col + GEMM on a CPU
+    "conv3x3s2": ("conv3x3s2_forward", "conv3x3s2_backward_data", "conv3x3s2_backward_filter"),
+    "conv1x1": ("conv1x1_forward", "conv1x1_backward_data", "conv1x1_backward_filter"),
 }
 
 #: every kernel, family by family: a backend's ``__all__``

@@ -119,6 +119,113 @@ def conv3x3_workspace_per_sample(c, o, h, w):
     )
 
 
+# ---------------------------------------------------------------- stride-2 3x3 (conv3x3s2.py)
+def conv3x3s2_applies(kh, kw, sh, sw, ph, pw):
+    """Does this geometry (kernel, stride, padding) have a conv3x3s2 kernel?"""
+    return (kh, kw, sh, sw, ph, pw) == (3, 3, 2, 2, 1, 1)
+
+
+def conv3x3s2_phase_plane(oh, ow):
+    """Elements of one phase plane of a padded input whose output is OH x OW: (OH+1) rows
+    W2 = OW+1 long, and a trailing zero that the last row's read of the column past the output
+    runs into."""
+    return (oh + 1) * (ow + 1) + 1
+
+
+def conv3x3s2_dy_plane(oh, ow):
+    """Elements of one plane of dy padded by a zero row above, a zero column to the left and a
+    zero row below, rows W2 = OW+1 long, and a trailing zero: (OH+2)*W2 + 1."""
+    return (oh + 2) * (ow + 1) + 1
+
+
+def conv3x3s2_forward_need(c, o, oh, ow):
+    """Workspace elements per sample of conv3x3s2's forward pass: the four phase planes of each
+    input channel, and the row-padded sums of each output plane and a spare."""
+    return 4 * c * conv3x3s2_phase_plane(oh, ow) + (o + 1) * oh * (ow + 1)
+
+
+def conv3x3s2_data_need(c, o, oh, ow):
+    """Workspace elements per sample of conv3x3s2's backward data: dy's padded planes and a
+    zero spare, and the four phase sums of each dx plane and a spare."""
+    return (o + 1) * conv3x3s2_dy_plane(oh, ow) + (c + 1) * 4 * (oh + 1) * (ow + 1)
+
+
+def conv3x3s2_filter_need(c, o, oh, ow):
+    """Workspace elements per sample of conv3x3s2's backward filter: the phase planes of x and
+    dy's rows, each a phase plane long."""
+    return (4 * c + o) * conv3x3s2_phase_plane(oh, ow)
+
+
+def conv3x3s2_filter_sample_group(n, oh, ow):
+    """Samples per group of conv3x3s2's backward filter: as many phase planes as make at most
+    CONV3X3_GROUP_ELEMENTS elements, at most N, at least one (conv3x3_filter_sample_group's
+    rule: the workspace must hold one group, and its size never changes the numbers)."""
+    return max(1, min(n, CONV3X3_GROUP_ELEMENTS // conv3x3s2_phase_plane(oh, ow)))
+
+
+def conv3x3s2_workspace_per_sample(c, o, h, w):
+    """Workspace elements one sample of a C x H x W input needs in any of the three conv3x3s2
+    passes (O filters): the most of their needs."""
+    oh, ow = (h + 1) // 2, (w + 1) // 2
+    return max(
+        conv3x3s2_forward_need(c, o, oh, ow),
+        conv3x3s2_data_need(c, o, oh, ow),
+        conv3x3s2_filter_need(c, o, oh, ow),
+    )
+
+
+# ---------------------------------------------------------------- 1x1 (conv1x1.py)
+def conv1x1_applies(kh, kw, sh, sw, ph, pw):
+    """Does this geometry (kernel, stride, padding) have a conv1x1 kernel: 1x1, no padding?"""
+    return (kh, kw, ph, pw) == (1, 1, 0, 0)
+
+
+def conv1x1_workspace_per_sample(c, h, w, sh, sw):
+    """Workspace elements one sample of a C x H x W input needs in any conv1x1 pass: the pixels
+    the stride keeps, C*OH*OW; none with stride 1 (the GEMMs read x's own planes)."""
+    if (sh, sw) == (1, 1):
+        return 0
+    return c * ((h - 1) // sh + 1) * ((w - 1) // sw + 1)
+
+
+# ---------------------------------------------------------------- the specialised convolutions
+#: the convolution kernels of one geometry each, which conv.py's "auto" prefers to im2col + GEMM
+#: on a CPU: where each applies, in words (kernel, stride, padding: the *_applies rules above)
+SPECIALISED = {
+    "conv3x3": "3x3 filters with stride 1 and padding 1",
+    "conv3x3s2": "3x3 filters with stride 2 and padding 1",
+    "conv1x1": "1x1 filters without padding",
+}
+
+
+def specialised_conv(kh, kw, sh, sw, ph, pw):
+    """The specialised convolution (SPECIALISED) with a kernel for this geometry, or None."""
+    rules = (conv3x3_applies, conv3x3s2_applies, conv1x1_applies)
+    names = [name for name, rule in zip(SPECIALISED, rules) if rule(kh, kw, sh, sw, ph, pw)]
+    return names[0] if names else None
+
+
+def specialised_workspace_per_sample(name, c, h, w, o, sh, sw):
+    """Workspace elements one sample needs in any pass of the specialised convolution `name`
+    (C x H x W input, O filters, stride (sh, sw))."""
+    if name == "conv1x1":
+        return conv1x1_workspace_per_sample(c, h, w, sh, sw)
+    if name == "conv3x3":
+        return conv3x3_workspace_per_sample(c, o, h, w)
+    return conv3x3s2_workspace_per_sample(c, o, h, w)
+
+
+def specialised_sample_group(name, pass_name, n, h, w):
+    """Samples per group of `pass_name` of the specialised convolution `name` on a batch of N
+    (H x W input): the 3x3 loops' backward filter sums fixed groups; their other passes compute
+    each sample alone, and conv1x1's backward filter adds the samples one by one (1)."""
+    if pass_name != "backward filter" or name == "conv1x1":
+        return 1
+    if name == "conv3x3":
+        return conv3x3_filter_sample_group(n, h, w)
+    return conv3x3s2_filter_sample_group(n, (h + 1) // 2, (w + 1) // 2)
+
+
 # ---------------------------------------------------------------- pooling (pool.py)
 def pool2d_output_shape(
     n, c, h, w, kh, kw, sh, sw, ph, pw, ph_end=None, pw_end=None, ceil_mode=False

@@ -113,6 +113,7 @@ class Model(Layer):
         async_offload=True,
         concurrency="off",
         memory="heuristic",
+        fuse=True,
     ):
         """Create the parameters from the inputs' shapes and fix the modes.
 
@@ -134,6 +135,9 @@ class Model(Layer):
         memory: "heuristic" (the default: the policies above decide) or "optimal": the
         fastest plan within `budget`, keep, recompute or offload chosen per tensor by a MILP
         solver (graph mode; see nnmem.graph.optimal); ``step.memory_decisions()`` lists them.
+        fuse: graph mode's fusion pass (nnmem.graph.fuse): BatchNorm + ReLU, BatchNorm + Add +
+        ReLU and bias + ReLU, forward and backward, each one kernel call; the numbers stay the
+        unfused step's, bit for bit. ``fuse=False`` records the step as the operators ran it.
 
         The budget and eager offloading (offload without use_graph: the device's tensor cache)
         belong to the device: the last compile on a device sets them for every model on it.
@@ -143,7 +147,15 @@ class Model(Layer):
             raise TypeError("compile(inputs): give a list of input tensors, e.g. [tx]")
         dev = inputs[0].device
         options = StepOptions(
-            use_graph, sequential, recompute, offload, budget, async_offload, concurrency, memory
+            use_graph,
+            sequential,
+            recompute,
+            offload,
+            budget,
+            async_offload,
+            concurrency,
+            memory,
+            fuse,
         ).check(dev)
         # eager offloading is the device's tensor cache ("dyn": the cache moves tensors only
         # when memory runs short, which is already dynamic, so it keeps every candidate)

@@ -240,7 +240,7 @@ class Operator:
         desc = f"{self.label} {tuple(shape)} {dtype}"
         return Tensor._on_block(self.device.new_block(nbytes, desc), shape, dtype, self.device)
 
-    def run(self, fn, reads, writes, inplace=(), rebuild=None):
+    def run(self, fn, reads, writes, inplace=(), rebuild=None, tag=None):
         """Submit a kernel call to the device: it runs ``fn(*write_arrays, *read_arrays)``.
 
         `inplace` lists (output, input) pairs where the output may take the input's memory
@@ -248,9 +248,19 @@ class Operator:
         `rebuild` says how a cheap forward operation can be run again, exactly, in backward
         (SuperNeurons' recomputation): SAME (the call itself is a pure function of its reads),
         or (fn, reads, writes) of a call that rebuilds the outputs from tensors kept anyway.
+        `tag` names what the call computes for graph mode's fusion pass (graph/fuse.py): the
+        kernel's name and its scalar arguments, the call's writes and reads being that
+        kernel's arguments in its order.
         """
         self.device.exec(
-            fn, reads, writes, name=self.label, inplace=inplace, phase=self.phase, rebuild=rebuild
+            fn,
+            reads,
+            writes,
+            name=self.label,
+            inplace=inplace,
+            phase=self.phase,
+            rebuild=rebuild,
+            tag=tag,
         )
 
     def save(self, *tensors):

@@ -38,6 +38,7 @@ import numpy as np
 
 from nnmem import device, opt, tensor
 from nnmem.graph import optimal
+from nnmem.graph.fuse import Fusion
 from nnmem.graph.optimal import OptimalPlanner
 from nnmem.graph.plan import pool_bytes_needed
 from nnmem.memory import format_bytes
@@ -71,6 +72,7 @@ class StepPlan(NamedTuple):
     persistent_bytes: int  # parameters, optimizer state, inputs, results
     nodes: int
     techniques: list  # TechniquePlan, in the order baseline, liveness, recompute, offload...
+    fusion: Fusion = Fusion({}, 0, 0)  # what the fusion pass did (graph/fuse.py)
 
     def best(self):
         return min(self.techniques, key=lambda t: t.peak_bytes)
@@ -90,6 +92,7 @@ def plan(
     progress=None,
     memory="heuristic",
     link_gbps=None,
+    fuse=True,
 ):
     """A StepPlan for training `model` (a new, uninitialised Model: it is compiled on a
     planning device) on batches of `input_shape` (batch first) with class-id labels.
@@ -100,11 +103,10 @@ def plan(
     `tensors`: keep every technique's tensors in its timeline (``timeline.tensors``, what
     the memory viewer shows; for a deep network, many rows).
     `progress`: None, or a function called with the name of each stage as it starts,
-    "recording" and then each technique's (a deep network takes seconds to minutes: nnmem plan
-    shows them).
+    "recording" and then each technique's (nnmem plan shows them).
     `memory`: "optimal" adds the row "optimal", the fastest plan within `budget` (which it
     requires); NoPlanFits (graph/optimal.py) when no plan fits it. `link_gbps`: the copy
-    link's speed its cost model assumes (None: graph/costs.py's default)."""
+    link's speed its cost model assumes (None: graph/costs.py's default). `fuse`: compile's."""
     progress = progress or _no_progress
     _check_new(model)
     if offload == "dyn" and budget is None:
@@ -117,7 +119,7 @@ def plan(
     budget = StepOptions(True, sequential, recompute, offload, budget).check(None, "plan").budget
     dev = device.create_planning_device(link_gbps=link_gbps)
     progress("recording")
-    step = _recorded_step(model, input_shape, dev, sequential, optimizer, dtype, step_args)
+    step = _recorded_step(model, input_shape, dev, sequential, optimizer, dtype, step_args, fuse)
     techniques = []
     variants = [
         ("baseline", False, "none", "none"),
@@ -136,6 +138,8 @@ def plan(
                 offload_policy = step.choose_offload(sequential, recompute_policy, budget) or "all"
             step.replan(sequential, recompute_policy, offload_policy)
             techniques.append(_summarise(name, step, tensors))
+            if name == "liveness":
+                fusion = Fusion.of(step.fusions, step.fusion_saving())
     if memory == "optimal":
         progress("optimal")
         step.plan_optimal(sequential, budget)
@@ -146,6 +150,7 @@ def plan(
         step.persistent_bytes,
         len(step.recorded),
         techniques,
+        fusion,
     )
 
 
@@ -216,7 +221,7 @@ def frontier(
     _check_new(model)
     dev = device_ or device.create_planning_device(link_gbps=link_gbps)
     step = _recorded_step(model, input_shape, dev, sequential, optimizer, dtype, step_args)
-    planner = OptimalPlanner(step.recorded, step.recorded_kinds, dev, sequential, joined=True)
+    planner = OptimalPlanner(*step.recording(optimal=True), dev, sequential, joined=True)
     _, smallest, proven = planner.smallest(time_limit)
     heuristics = [
         HeuristicPoint(name, needed, seconds)
@@ -307,13 +312,13 @@ def smallest_pool(
     return dev.memory_stats()["high_water_bytes"]
 
 
-def _recorded_step(model, input_shape, dev, sequential, optimizer, dtype, step_args):
+def _recorded_step(model, input_shape, dev, sequential, optimizer, dtype, step_args, fuse=True):
     """The CompiledStep of `model` (compiled here, in graph mode) training on a batch of
     `input_shape` on `dev`: recorded and planned with liveness (on a planning device nothing
     runs; on a CPU device the step runs once)."""
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     step_args = _step_args(model, step_args)
-    model.compile([tx], is_train=True, use_graph=True, sequential=sequential)
+    model.compile([tx], is_train=True, use_graph=True, sequential=sequential, fuse=fuse)
     tx.set_value(0)  # written, so that reading them is allowed (a planning device only allocates)
     ty.set_value(0)
     model(tx, ty, *step_args)

@@ -2,7 +2,7 @@
 one place.
 
 ``StepOptions(use_graph, sequential, recompute, offload, budget, async_offload, concurrency,
-memory)``
+memory, fuse)``
 holds them as given; ``check(device)`` refuses every value and every pair that cannot work
 (one-line errors that name the argument and what to give instead) and returns them
 normalised: the budget in bytes. ``Model.compile`` checks its arguments with it, and
@@ -25,7 +25,7 @@ class StepOptions:
     recompute policy), offload (an offload policy), budget (None, bytes, or text such as
     "1GiB" before check), async_offload (vDNNExt's engine or vDNN's), concurrency, and
     memory: "heuristic" (the policies decide) or "optimal" (graph/optimal.py decides per
-    tensor, fastest within the budget)."""
+    tensor, fastest within the budget); fuse: graph mode's fusion pass (graph/fuse.py)."""
 
     use_graph: bool = False
     sequential: bool = False
@@ -35,6 +35,7 @@ class StepOptions:
     async_offload: bool = True
     concurrency: str = "off"
     memory: str = "heuristic"
+    fuse: bool = True
 
     def check(self, device, caller="compile"):
         """These options with the budget in bytes, or a ValueError (TypeError for a wrong
@@ -65,6 +66,8 @@ class StepOptions:
             raise TypeError(f"{caller}(async_offload={self.async_offload!r}): give True or False")
         check_concurrency(concurrency)
         self._check_memory(caller)
+        if not isinstance(self.fuse, bool):
+            raise TypeError(f"{caller}(fuse={self.fuse!r}): give True or False")
         if concurrency != "off":
             if not self.use_graph:
                 raise ValueError(

@@ -169,9 +169,10 @@ def test_sync_mode_synchronises_every_layer_and_async_never():
     _, sync = compiled(cnn(), data, offload="all", async_offload=False)
     _, asynchronous = compiled(cnn(), data, offload="all")
     names = [name for name, _, _ in sync.calls]
-    layers = {n.name.split(":")[0] for n in sync.nodes if n.stream == "compute"}
+    computed = [n for n in sync.nodes if n.stream == "compute" and n.phase != "update"]
     syncs = [n for n in names if n.startswith("sync:")]
-    assert len(syncs) >= len(layers) - 1
+    # every layer of forward and backward ends with a sync (the optimizer's updates need none)
+    assert {s.removeprefix("sync:") for s in syncs} == {n.name.split(":")[0] for n in computed}
     assert not [n for n, _, _ in asynchronous.calls if n.startswith("sync:")]
     # the asynchronous engine waits for each prefetch right before its first reader only
     ran = iter(i for i in asynchronous.order if asynchronous.nodes[i].stream != MARKER)
@@ -208,15 +209,16 @@ def test_lanes():
 
 
 def test_budget_below_the_peak_with_dyn():
-    """vDNN's dynamic policy under 60% of the no-offload peak: the pool never exceeds the
+    """vDNN's dynamic policy under 65% of the no-offload peak: the pool never exceeds the
     budget, and the numbers are those of the same step without offloading (with the same
     convolution workspaces: dyn may have lowered them, which changes how the batch is chunked).
     Half the peak is too little here: what offload="all" with direct convolutions keeps on the
-    device (parameters, momentum, the running layer's maps) is 53% of it."""
+    device (parameters, momentum, the running layer's maps) is 61% of it."""
     data = batches((8, 3, 32, 32), 3)
-    reference = train(resnet(), data, use_graph=True)
+    # the step an offloading plan starts from is the unfused recording (CompiledStep.recording)
+    reference = train(resnet(), data, use_graph=True, fuse=False)
     peak = reference[2].memory_stats()["allocated_bytes.peak"]
-    budget = int(peak * 0.6)
+    budget = int(peak * 0.65)
     result, step = compiled(resnet(), data, offload="dyn", budget=budget)
     dev = result[2]
     assert step.offload in ("conv", "all")

@@ -12,7 +12,7 @@ from gradcheck import check_gradients, forward_and_backward
 from test_ops_onnx_cnn import on_cpu, onnx_reference
 
 from nnmem import autograd, device, layer, model, opt, tensor
-from nnmem.ops.conv import auto_pads
+from nnmem.ops.padding import auto_pads
 
 rng = np.random.default_rng(29)
 

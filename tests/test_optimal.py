@@ -53,7 +53,7 @@ def recorded_planner(model, shape, costs=None, dev=None, workspace_limit=None):
     with dev.limit_workspaces(workspace_limit):
         model(tx, ty)
     step = model.compiled_step(tx, ty)
-    planner = OptimalPlanner(step.recorded, step.recorded_kinds, dev, False, True, costs)
+    planner = OptimalPlanner(*step.recording(optimal=True), dev, False, True, costs)
     return planner, step
 
 

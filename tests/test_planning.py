@@ -85,7 +85,9 @@ def test_planned_baseline_rises_as_a_device_without_recycling_measures():
     x = np.random.default_rng(0).random(shape, dtype=np.float32)
     measured = measure_step(lambda: create_model("cnn"), x, np.zeros(4, np.int32), "64MiB")[0]
     eager = measured["no recycling"]
-    baseline = plan(create_model("cnn"), shape, sequential=True, offload="none").techniques[0]
+    # unfused: the blocks the eager step makes (fusion removes some: tests/test_fuse.py)
+    baseline = plan(create_model("cnn"), shape, sequential=True, offload="none", fuse=False)
+    baseline = baseline.techniques[0]
     planned = baseline.timeline
     assert planned.names == eager.names  # serial order: the order eager runs the kernels
     assert planned.peak == eager.peak == baseline.peak_bytes
@@ -98,7 +100,7 @@ def test_planned_baseline_rises_as_a_device_without_recycling_measures():
 def test_planning_allocates_no_bytes_and_runs_nothing():
     planned = plan(create_model("resnet", depth=110), (64, 3, 32, 32))
     assert planned.techniques[0].peak_bytes > 2**30  # a baseline no 24 GiB test box could run
-    assert planned.nodes > 1000
+    assert planned.nodes > 900  # after fusion (1172 recorded)
 
 
 def test_plan_rejects_malformed_shapes():

@@ -149,6 +149,11 @@ def add_parser(commands):
         "--budget", type=byte_size, default=None, help="memory available, e.g. 12GiB, 512MiB, bytes"
     )
     p.add_argument(
+        "--no-fuse",
+        action="store_true",
+        help="plan the step as the operators recorded it, without graph mode's fusion",
+    )
+    p.add_argument(
         "--sync-offload",
         action="store_true",
         help="plan for vDNN's synchronous engine (the same memory as the asynchronous one: "
@@ -366,6 +371,7 @@ def plan_step(args, sample, batch, depth, tensors=None, progress=None):
             progress=progress,
             memory=args.memory,
             link_gbps=args.link_gbps,
+            fuse=not args.no_fuse,
         )
     except OutOfMemory as e:
         raise StepTooLarge(

@@ -58,6 +58,14 @@ def print_plan(step, budget):
         f"{step.model}, input {format_shape(step.input_shape)}: {step.nodes} recorded operations; "
         f"parameters, optimizer state, inputs and results {format_bytes(step.persistent_bytes)}"
     )
+    fusion = step.fusion
+    if fusion.chains:
+        chains = ", ".join(f"{op} {count}" for op, count in sorted(fusion.chains.items()))
+        print(
+            f"  fusion: {sum(fusion.chains.values())} kernel calls in place of chains ({chains}); "
+            f"{fusion.removed} intermediate tensors fewer; liveness peak "
+            f"{format_bytes(fusion.saved_bytes)} lower than unfused"
+        )
     width = max(11, *(len(size(s)) for s in sizes))
     budget_column = "" if budget is None else f"budget {size(budget)}".ljust(len("does not fit"))
     print(

@@ -235,7 +235,8 @@ class Device(Switches, SingaMethods):
             self.fit_arenas()  # the steps the garbage collector took since the last one
             if self.cache is not None and self.step_guard.running == 1:
                 self.cache.new_iteration()
-            yield
+            with self.profiler.profiling_step(self.iteration):
+                yield
 
     def fit_arenas(self):
         """Shrink the graph arenas (the device's and the host pool's) to the plans of the
@@ -303,14 +304,14 @@ class Device(Switches, SingaMethods):
             self.dropout_counter.set_value(0)
 
     # -- execution ------------------------------------------------------------------------
-    def exec(self, fn, reads, writes, name="", inplace=(), phase="forward", rebuild=None):
+    def exec(self, fn, reads, writes, name="", inplace=(), phase="forward", rebuild=None, tag=None):
         """Run ``fn(*write_arrays, *read_arrays)``; `reads` and `writes` are tensors.
 
         Written blocks are allocated here, just before their first writer (lazy allocation);
         a read of a block nobody wrote raises instead of returning garbage. While a model
         records its step the call is only buffered (SINGA): nothing runs, nothing is allocated.
-        `phase` ("forward", "backward", "update") and `rebuild` (see Operator.run) are kept
-        in the recording for the recomputation pass.
+        `phase` ("forward", "backward", "update"), `rebuild` and `tag` (see Operator.run) are
+        kept in the recording for the recomputation and fusion passes.
         """
         if touches_float16(tuple(reads) + tuple(writes)):
             fn = self.half_precision(fn, len(writes))
@@ -318,7 +319,7 @@ class Device(Switches, SingaMethods):
             if self.dry_run:
                 return
             if self.recorder is not None:
-                self.recorder.record(fn, reads, writes, name, inplace, phase, rebuild)
+                self.recorder.record(fn, reads, writes, name, inplace, phase, rebuild, tag)
                 return
             if self.cache is not None:
                 self._exec_cached(fn, reads, writes, name)

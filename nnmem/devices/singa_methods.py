@@ -46,7 +46,7 @@ class SingaMethods:
 
     def time_profile_table(self):
         """What PrintTimeProfiling prints, as a string."""
-        return self.profiler.table(self.iteration)
+        return self.profiler.table()
 
     def id(self):
         """SINGA's: the device's number (a GPU's index; -1 for the host)."""

@@ -9,7 +9,7 @@ Two sources, and the model says which one it used (``CostModel.source``):
 - "flop model": elsewhere (a planning device, which runs nothing, or a GPU), a stated model:
   seconds = flops / FLOPS + bytes / BYTES_PER_SECOND, where bytes are what the node reads and
   writes and flops are counted for the convolution and matrix-product passes only
-  (2 * multiply-adds; see flops()). Its rates are those of the 2-core machine nnmem was
+  (2 * multiply-adds; devices/flops.py). Its rates are those of the 2-core machine nnmem was
   measured on (a CPU's order of magnitude, not a GPU's): only the ratios between nodes steer
   the plan.
 
@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from nnmem.devices.flops import kernel_flops
 
 #: The flop model's rates (float32 on 2 cores with AVX-512: GEMM ~ 100 GFLOP/s, memory ~ 10 GB/s).
 FLOPS = 100e9
@@ -65,30 +67,9 @@ def modelled_seconds(node):
 
 
 def flops(node):
-    """Floating-point operations of a convolution or matrix-product pass (0 for the rest).
-
-    A convolution pass touches a tensor shaped like the output y (N, O, OH, OW) and one shaped
-    like the filters W (O, C, KH, KW), whatever the pass (forward: y and W; backward data: dy
-    and W; backward filter: dy and dW): 2 * N*O*OH*OW * C*KH*KW = 2 * |y| * |W| / O. A matrix
-    product C = A B reads or writes three 2-D arrays of m*k, k*n and m*n elements, in every
-    pass: 2*m*k*n = 2 * sqrt(|A| |B| |C|)."""
-    op = node.name.split(" ")[0].split(":")[-1]
-    shapes = [tuple(s.shape) for s in node.writes + node.reads]
-    if op == "Conv2d":
-        # y and W are the pair with y[1] == W[0] (O). When the batch equals O (DenseNet's 32
-        # channels at batch 32), the input x = (N, C, H, W) pairs with y too: W is then the
-        # smaller of the two (C*KH*KW*O elements against N*C*H*W), so the smallest pair counts.
-        four = [s for s in shapes if len(s) == 4]
-        pairs = [(y, w) for y in four for w in four if w is not y and y[1] == w[0]]
-        if not pairs:
-            return 0
-        y, w = min(pairs, key=lambda pair: math.prod(pair[1]))
-        return 2 * math.prod(y) * math.prod(w) // w[0]
-    if op == "Matmul":
-        two = [math.prod(s) for s in shapes if len(s) == 2][:3]
-        if len(two) == 3:
-            return 2 * math.sqrt(two[0] * two[1] * two[2])
-    return 0
+    """Floating-point operations of a node: a convolution or matrix-product pass's (0 for the
+    rest); devices/flops.py counts them."""
+    return kernel_flops(node.name, [s.shape for s in node.writes + node.reads])
 
 
 def _nbytes(spec):

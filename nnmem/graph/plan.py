@@ -1,7 +1,8 @@
 """The plan of a compiled step: what a recorded step becomes before anything is placed.
 
-`make_plan` is a function of the recorded nodes, the policies and the device's pool settings
-(alignment, recycling, host memory); it allocates nothing and changes no block:
+`make_plan` is a function of the recorded nodes (fused already: fuse.py, the first pass, runs
+when the step is compiled), the policies and the device's pool settings (alignment, recycling,
+host memory); it allocates nothing and changes no block:
 1. the rewriting passes add nodes and point readers at new blocks: recomputation drops cheap
    forward results and rebuilds them in backward (recompute.py), then offloading copies
    activations out to host memory after forward made them and prefetches them for backward

@@ -37,6 +37,9 @@ class Node:
     stream: "compute" for a kernel call, "copy" for a transfer between device and host memory
     (offload.py): the copy stream runs it beside the compute stream; "marker" for a point of
     the plan where nothing runs (offload.py's release of a block).
+    tag: what the call computes, for the fusion pass (fuse.py), or None: the kernel's name and
+    its scalar arguments, e.g. ("batchnorm2d_forward_train", momentum, eps), with its writes
+    and reads in the order that kernel takes them.
     """
 
     __slots__ = (
@@ -50,6 +53,7 @@ class Node:
         "rebuild",
         "after",
         "stream",
+        "tag",
     )
 
     def __init__(
@@ -64,11 +68,12 @@ class Node:
         rebuild=None,
         after=(),
         stream="compute",
+        tag=None,
     ):
         self.index, self.name, self.fn = index, name, fn
         self.writes, self.reads, self.inplace = writes, reads, inplace
         self.phase, self.rebuild, self.after = phase, rebuild, tuple(after)
-        self.stream = stream
+        self.stream, self.tag = stream, tag
 
     def blocks(self):
         """Every block this node touches, each once, reads first."""
@@ -88,7 +93,7 @@ class Recorder:
         self._written = set()  # ids of blocks a recorded node writes
         self.held = []  # tensors that keep read-first blocks (and their data) alive
 
-    def record(self, fn, reads, writes, name, inplace, phase="forward", rebuild=None):
+    def record(self, fn, reads, writes, name, inplace, phase="forward", rebuild=None, tag=None):
         for t in reads:
             if id(t.block) not in self._written:
                 t.block.check_written()  # read-first: its data must exist already
@@ -111,6 +116,7 @@ class Recorder:
                 tuple((out.block, inp.block) for out, inp in inplace),
                 phase,
                 rebuild,
+                tag=tag,
             )
         )
 

@@ -38,4 +38,5 @@ def renumbered(node, index, reads=None, inplace=None, after=None):
         node.rebuild,
         node.after if after is None else after,
         node.stream,
+        node.tag,
     )

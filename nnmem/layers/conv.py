@@ -4,14 +4,14 @@ workspace chosen per pass, see nnmem.ops.conv), SeparableConv2d, and 2-D and 1-D
 Every one takes SINGA's ``pad_mode``: "NOTSET" pads by ``padding``; "VALID" pads nothing;
 "SAME_UPPER" and "SAME_LOWER" pad so that the output has ceil(size / stride) positions per
 axis (the input's size at stride 1), the odd element of padding after (UPPER) or before
-(LOWER): nnmem.ops.conv.auto_pads, worked out from each input's size. Then ``padding`` is not
+(LOWER): nnmem.ops.padding.auto_pads, worked out from each input's size. Then ``padding`` is not
 read, as in SINGA (and ONNX, whose auto_pad these are)."""
 
 import math
 
 from nnmem import autograd
 from nnmem.layers.base import Layer, parameter_like
-from nnmem.ops.conv import PAD_MODES, auto_pads, pair
+from nnmem.ops.padding import PAD_MODES, auto_pads, pair
 
 
 class Conv2d(Layer):
@@ -198,7 +198,7 @@ def _pad_mode(name, pad_mode):
 
 def _pads(layer, size, dilation=(1, 1)):
     """The padding a layer's pad_mode gives an input of spatial `size`: its `padding` for
-    "NOTSET", else (top, left, bottom, right) from nnmem.ops.conv.auto_pads."""
+    "NOTSET", else (top, left, bottom, right) from nnmem.ops.padding.auto_pads."""
     if layer.pad_mode == "NOTSET":
         return layer.padding
     return auto_pads(layer.pad_mode, size, layer.kernel_size, layer.stride, dilation)

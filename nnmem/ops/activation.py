@@ -20,6 +20,7 @@ class _Activation(Operator):
             writes=(y,),
             inplace=((y, x),),
             rebuild=SAME,
+            tag=(self.kernel_forward,),
         )
         self.save(y)
         return y
@@ -33,6 +34,7 @@ class _Activation(Operator):
             reads=(dy, y),
             writes=(dx,),
             inplace=((dx, dy),),
+            tag=(self.kernel_backward,),
         )
         return dx
 

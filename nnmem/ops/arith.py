@@ -21,14 +21,16 @@ def _check_same_shape(op, a, b):
         raise TypeError(f"{op}: operands have dtypes {a.dtype} and {b.dtype}; make them equal")
 
 
-def _binary(op, kernel, a, b):
-    """y = kernel(a, b) elementwise; y may take the memory of a input whose last use this is."""
+def _binary(op, kernel, a, b, tag=None):
+    """y = kernel(a, b) elementwise; y may take the memory of a input whose last use this is.
+    `tag`: what the call computes, for graph mode's fusion pass (Operator.run)."""
     y = op.output(a.shape, a.dtype)
     op.run(
         lambda y_, a_, b_: kernel(y_.reshape(-1), a_.reshape(-1), b_.reshape(-1)),
         reads=(a, b),
         writes=(y,),
         inplace=((y, a), (y, b)),
+        tag=tag,
     )
     return y
 
@@ -39,7 +41,7 @@ class Add(Operator):
     def forward(self, a, b):
         K = self.kernels
         _check_same_shape("add", a, b)
-        return _binary(self, K.add, a, b)
+        return _binary(self, K.add, a, b, tag=("add",))
 
     def backward(self, dy):
         return dy, dy

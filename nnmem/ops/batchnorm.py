@@ -60,6 +60,7 @@ class BatchNorm2d(Operator):
             reads=(x, scale, bias, rm, rv),
             writes=(y, mean, invstd, rm, rv),
             rebuild=(K.batchnorm2d_forward_apply, (x, scale, bias, mean, invstd), (y,)),
+            tag=("batchnorm2d_forward_train", momentum, eps),
         )
         self.save(x, scale, mean, invstd)
         return y
@@ -70,7 +71,10 @@ class BatchNorm2d(Operator):
         dx = self.output(x.shape, dy.dtype)
         dscale, dbias = self.output(scale.shape, dy.dtype), self.output(scale.shape, dy.dtype)
         self.run(
-            K.batchnorm2d_backward, reads=(dy, x, scale, mean, invstd), writes=(dx, dscale, dbias)
+            K.batchnorm2d_backward,
+            reads=(dy, x, scale, mean, invstd),
+            writes=(dx, dscale, dbias),
+            tag=("batchnorm2d_backward",),
         )
         return dx, dscale, dbias
 

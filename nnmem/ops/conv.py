@@ -1,14 +1,16 @@
 """2-D convolution (NCHW, cross-correlation as in every DL framework), with a bias.
 
-Three algorithms: "gemm" (im2col + one large matrix product per sample group: needs a
-workspace), "direct" (loops, no workspace), and for 3x3 filters with stride 1 and padding 1,
-"conv3x3" (loops over padded planes, which it keeps in the same workspace: kernels/cpu/conv3x3.py
-says why it beats the GEMM for few channels). With algorithm="auto" (SuperNeurons 3.5) each
-pass follows the memory free at its step, and its numbers never do. A first candidate, picked
-by the geometry (on a CPU, and on a planning device that plans for one, conv3x3 where it
-applies to at most CONV3X3_FIRST_UP_TO channels and filters; else gemm), sizes the workspace:
+Algorithms: "gemm" (im2col + one large matrix product per sample group: needs a workspace),
+"direct" (loops, no workspace), and three of one geometry each (kernels/sizes.py's
+SPECIALISED), which skip im2col and keep what they need in the same workspace: "conv3x3" (3x3,
+stride 1, padding 1: loops over padded planes, kernels/cpu/conv3x3.py), "conv3x3s2" (the same
+with stride 2, over phase planes: conv3x3s2.py) and "conv1x1" (one GEMM per sample on x's own
+planes: conv1x1.py). With algorithm="auto" (SuperNeurons 3.5) each pass follows the memory free
+at its step, and its numbers never do. A first candidate, picked by the geometry (on a CPU, and
+on a planning device that plans for one, the specialised algorithm that applies, within
+FIRST_UP_TO channels and filters; else gemm), sizes the workspace:
 as many samples of its need as the pool's free memory allows, in whole sample groups. A sample
-group is what keeps the numbers: the gemm passes multiply, and conv3x3's backward filter sums,
+group is what keeps the numbers: the gemm passes multiply, and the specialised ones sum,
 groups of samples fixed by the geometry and the batch (kernels/sizes.py), so that a smaller
 workspace changes how many groups a chunk holds, never a sum. When not even one group fits,
 the pass runs direct, with no workspace (and sums that differ in the last bits:
@@ -41,12 +43,15 @@ import numpy as np
 
 from nnmem.kernels import sizes
 from nnmem.operation import Operator
+from nnmem.ops.padding import four_sides, pair, whole
 
 __all__ = ["Conv2d", "conv2d"]
 
 #: Upper bound on one convolution's workspace; beyond it more, smaller GEMMs cost little.
 WORKSPACE_LIMIT_BYTES = 256 * 2**20
-ALGORITHMS = ("auto", "gemm", "direct", "conv3x3")
+#: the specialised ones' kernels take (out, a, b, workspace), conv1x1's the stride too
+ALGORITHMS = ("auto", "gemm", "direct", *sizes.SPECIALISED)
+SPECIALISED = sizes.SPECIALISED
 #: (device kind, pass, shapes, stride, padding, dtype) -> what "auto" chose: no workspace in the
 #: key, so that a pass keeps one algorithm whatever workspace a plan gives it.
 BENCHMARKED = {}
@@ -70,13 +75,13 @@ class Conv2d(Operator):
         # (ph, pw) where both sides agree (the key "auto" remembers its choice by), else all four
         self.padding = (top, left) if symmetric else self.pads
         dilation = pair(dilation)
-        if len(dilation) != 2 or not all(_whole(d, 1) for d in dilation):
+        if len(dilation) != 2 or not all(whole(d, 1) for d in dilation):
             raise ValueError(f"conv2d: dilation must be two ints >= 1, not {dilation!r}")
         self.dilation = tuple(int(d) for d in dilation)
-        if algorithm == "conv3x3" and group != 1:
-            raise ValueError(f"conv2d: algorithm='conv3x3' is for group=1, not {group}")
+        if algorithm in SPECIALISED and group != 1:
+            raise ValueError(f"conv2d: algorithm={algorithm!r} is for group=1, not {group}")
         plain = symmetric and self.dilation == (1, 1)
-        if algorithm in ("gemm", "conv3x3") and not plain:
+        if algorithm in ("gemm", *SPECIALISED) and not plain:
             raise ValueError(
                 f"conv2d: algorithm={algorithm!r} is for dilation (1, 1) and the same padding on "
                 f"both sides, not dilation {self.dilation} and padding {padding}; use 'auto'"
@@ -104,9 +109,9 @@ class Conv2d(Operator):
             n, c, h, w, o, kh, kw, sh, sw, top, left, dh, dw, bottom, right
         )
         self.geometry = (c, h, w, o, kh, kw)
-        if self.algorithm == "conv3x3" and not sizes.conv3x3_applies(kh, kw, sh, sw, top, left):
+        if self.algorithm in SPECIALISED and self._specialised() != self.algorithm:
             raise ValueError(
-                f"conv2d: algorithm='conv3x3' is for 3x3 filters with stride 1 and padding 1, "
+                f"conv2d: algorithm={self.algorithm!r} is for {SPECIALISED[self.algorithm]}, "
                 f"not {kh}x{kw} with stride {self.stride} and padding {self.padding}; use 'auto'"
             )
         self.has_bias = b is not None
@@ -120,10 +125,14 @@ class Conv2d(Operator):
             x,
             W,
             ws,
-            K.conv3x3_forward,
         )
         if b is not None:
-            self.run(lambda y_, b_, _: K.add_bias_nchw(y_, b_), reads=(b, y), writes=(y,))
+            self.run(
+                lambda y_, b_, _: K.add_bias_nchw(y_, b_),
+                reads=(b, y),
+                writes=(y,),
+                tag=("add_bias_nchw",),
+            )
         self.save(x if self.needs_grad[1] else None, W if self.needs_grad[0] else None)
         return y
 
@@ -153,7 +162,6 @@ class Conv2d(Operator):
                 dy,
                 W,
                 ws,
-                K.conv3x3_backward_data,
             )
         if dW is not None:
             self._conv_pass(
@@ -164,33 +172,35 @@ class Conv2d(Operator):
                 dy,
                 x,
                 ws,
-                K.conv3x3_backward_filter,
             )
         if self.has_bias and self.needs_grad[2]:
             db = self.output((o,), dy.dtype)
-            self.run(K.bias_grad_nchw, reads=(dy,), writes=(db,))
+            self.run(K.bias_grad_nchw, reads=(dy,), writes=(db,), tag=("bias_grad_nchw",))
         return (dx, dW, db) if self.has_bias else (dx, dW)
 
-    def _conv_pass(self, pass_name, direct, gemm, out, a, b, ws, padded):
+    def _conv_pass(self, pass_name, direct, gemm, out, a, b, ws):
         """Run one of the three convolution passes, out = f(a, b), with the gemm algorithm (or
-        `padded`, the conv3x3 kernel) when there is a workspace and the direct one otherwise
-        ("auto": the fastest of them, given a workspace that holds one sample group of the
-        pass)."""
+        the specialised algorithm's kernel) when there is a workspace and the direct one
+        otherwise ("auto": the fastest of them, given a workspace that holds one sample group
+        of the pass)."""
         (sh, sw), g = self.stride, self.group
         ph, pw, pb, pr = self.pads
         dh, dw = self.dilation
+        special = self._specialised()  # the specialised algorithm of this geometry, or None
+        kernel = special and getattr(self.kernels, f"{special}_{pass_name.replace(' ', '_')}")
+        strides = (sh, sw) if special == "conv1x1" else ()
 
         # the workspace algorithms all take the workspace's array, so any can run in another's
         # place; under "auto", the first candidate is kept unless another is clearly faster
         # (_time_candidates)
-        def by_planes(out_, ws_, a_, b_):
-            padded(out_, a_, b_, ws_)
+        def by_special(out_, ws_, a_, b_):
+            kernel(out_, a_, b_, ws_, *strides)
 
         def by_gemm(out_, ws_, a_, b_):
             gemm(out_, a_, b_, ws_, sh, sw, ph, pw)
 
-        if self.algorithm == "conv3x3":
-            self.run(by_planes, reads=(a, b), writes=(out, ws))
+        if self.algorithm in SPECIALISED:
+            self.run(by_special, reads=(a, b), writes=(out, ws))
             return
         n = a.shape[0]
         if self.algorithm == "auto" and ws is not None:
@@ -210,10 +220,10 @@ class Conv2d(Operator):
             return
         # "auto": the candidates and the workspace they are timed in follow the geometry, never
         # the workspace this run has (it holds one sample group of the first candidate)
-        runs = {"gemm": by_gemm, "conv3x3": by_planes}
+        runs = {"gemm": by_gemm, special: by_special}
         candidates = {first: runs[first]}
-        other = "gemm" if first == "conv3x3" else "conv3x3"
-        if other == "gemm" or self._is_3x3():
+        other = special if first == "gemm" else "gemm"
+        if other is not None:
             if self._sample_group(other, pass_name, n) * self._per_sample(other) <= least:
                 candidates[other] = runs[other]
         candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
@@ -230,24 +240,23 @@ class Conv2d(Operator):
         fastest.conv_algorithm = (pass_name, lambda: BENCHMARKED.get(key, "not run yet"))
         self.run(fastest, reads=(a, b), writes=(out, ws))
 
-    def _conv3x3_first(self):
-        """Is conv3x3 the first candidate of "auto" (the one it expects to keep, and sizes the
-        workspace for): its geometry, at most CONV3X3_FIRST_UP_TO channels and filters, on a CPU
-        (where the rule was measured) or on a planning device that plans a CPU's step."""
+    def _specialised_first(self):
+        """Is the specialised algorithm the first candidate of "auto" (the one it expects to
+        keep, and sizes the workspace for): its geometry, within FIRST_UP_TO channels and
+        filters, on a CPU (where the rule was measured) or a planning device planning for one."""
         c, o = self.geometry[0], self.geometry[3]
-        cpu = self.device.plans_for == "cpu"
-        return cpu and self._is_3x3() and max(c, o) <= CONV3X3_FIRST_UP_TO
+        special = self._specialised()
+        if self.device.plans_for != "cpu" or special is None:
+            return False
+        return FIRST_UP_TO[special] is None or max(c, o) <= FIRST_UP_TO[special]
 
-    def _is_3x3(self):
-        """Does conv3x3 apply to this geometry: 3x3 filters, stride 1, padding 1?"""
+    def _specialised(self):
+        """The specialised algorithm that applies to this geometry (SPECIALISED; with the same
+        padding on every side, no dilation, one group), or None."""
         kh, kw = self.geometry[4:]
-        (sh, sw), (ph, pw) = self.stride, self.padding
-        return sizes.conv3x3_applies(kh, kw, sh, sw, ph, pw)
-
-    def _conv3x3_per_sample(self):
-        """Workspace elements one sample needs in the conv3x3 passes."""
-        c, h, w, o = self.geometry[:4]
-        return sizes.conv3x3_workspace_per_sample(c, o, h, w)
+        if self.pads[:2] != self.pads[2:] or self.dilation != (1, 1) or self.group != 1:
+            return None
+        return sizes.specialised_conv(kh, kw, *self.stride, *self.pads[:2])
 
     def _gemm_per_sample(self):
         """Workspace elements one sample needs in the gemm passes."""
@@ -256,28 +265,31 @@ class Conv2d(Operator):
         return sizes.conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw)
 
     def _workspace_algorithm(self):
-        """The algorithm whose need sizes the workspace: the one asked for ("gemm" or
-        "conv3x3"), "auto"'s first candidate, or None ("direct", grouped convolutions)."""
+        """The algorithm whose need sizes the workspace: the one asked for ("gemm" or a
+        specialised one), "auto"'s first candidate, or None ("direct", grouped convolutions)."""
         if self.algorithm == "auto":
-            return "conv3x3" if self._conv3x3_first() else "gemm"
+            return self._specialised() if self._specialised_first() else "gemm"
         return None if self.algorithm == "direct" else self.algorithm
 
     def _per_sample(self, algorithm):
         """Workspace elements the op gives `algorithm` per sample: the most any of its passes
-        needs (conv3x3's planes or the gemm's columns)."""
-        return self._gemm_per_sample() if algorithm == "gemm" else self._conv3x3_per_sample()
+        needs (the gemm's columns, the 3x3 loops' planes, conv1x1's kept pixels: none with
+        stride 1)."""
+        if algorithm == "gemm":
+            return self._gemm_per_sample()
+        c, h, w, o = self.geometry[:4]
+        return sizes.specialised_workspace_per_sample(algorithm, c, h, w, o, *self.stride)
 
     def _sample_group(self, algorithm, pass_name, n):
         """Samples per group of `algorithm`'s `pass_name` on a batch of n (kernels/sizes.py):
         the pass's numbers are those of the whole batch's workspace in any workspace that holds
         one group."""
         c, h, w, o, kh, kw = self.geometry
-        if algorithm == "gemm":
-            (sh, sw), (ph, pw) = self.stride, self.padding
-            _, _, oh, ow = sizes.conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw)
-            return sizes.conv2d_gemm_sample_group(n, oh, ow, self.device.plans_for)
-        # conv3x3's forward and backward data compute each sample alone
-        return sizes.conv3x3_filter_sample_group(n, h, w) if pass_name == "backward filter" else 1
+        if algorithm != "gemm":
+            return sizes.specialised_sample_group(algorithm, pass_name, n, h, w)
+        (sh, sw), (ph, pw) = self.stride, self.padding
+        _, _, oh, ow = sizes.conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw)
+        return sizes.conv2d_gemm_sample_group(n, oh, ow, self.device.plans_for)
 
     def smallest_workspace_bytes(self, pass_name, n, dtype):
         """The fewest workspace bytes that `pass_name` ("forward", "backward data" or "backward
@@ -297,9 +309,10 @@ class Conv2d(Operator):
 
     def _workspace(self, n, dtype, extra_bytes, passes):
         """The workspace tensor for `passes` (the names of the passes that share it), or None
-        for the direct algorithm: the whole batch's for "gemm" and "conv3x3"; under "auto", as
-        many samples of its first candidate's need as the free memory holds (conv3x3's planes
-        where _conv3x3_first, else the gemm's columns), in whole sample groups of the largest
+        for the direct algorithm: the whole batch's for "gemm" and the specialised algorithms;
+        under "auto", as many samples of its first candidate's need as the free memory holds
+        (the specialised one's where _specialised_first, else the gemm's columns), in whole
+        sample groups of the largest
         group of `passes` that fits (a pass whose group does not fit runs direct: _conv_pass),
         and None when no pass's group fits.
 
@@ -312,7 +325,8 @@ class Conv2d(Operator):
         itemsize = dtype.itemsize
         samples = n
         groups = [self._sample_group(algorithm, p, n) for p in passes]
-        if self.algorithm == "auto":
+        if self.algorithm == "auto" and per_sample > 0:  # (conv1x1 with stride 1 needs none:
+            # an empty workspace, which any memory holds)
             free = self.device.pool.stats()["largest_free_block"] - extra_bytes
             samples = min(n, max(min(free, WORKSPACE_LIMIT_BYTES), 0) // (per_sample * itemsize))
             if self.device.workspace_limit is not None:  # a plan lowering workspaces: never
@@ -340,6 +354,13 @@ MARGIN = 0.8
 #: three passes: conv3x3 beats gemm at 16-128 channels (ResNet-20's 64 channels of 8x8:
 #: conv3x3 113-125, gemm 84-109), and gemm wins from 256 (8x8: conv3x3 118-134, gemm 153-169).
 CONV3X3_FIRST_UP_TO = 128
+#: The same rule per specialised algorithm (None: any width), on the most of C and O.
+#: bench/conv.py, one thread, GFLOP/s of the passes: conv3x3s2 beats gemm at 32 (ResNet-20's 16
+#: channels of 32x32 to 32 filters: 47, 41, 41 against 36, 40, 34), ties at 64 (32 of 16x16 to
+#: 64: 50, 34, 51 against 51, 52, 54) and loses at 128 (64 to 128, 2 cores: 55, 33, 49 against
+#: 75, 65, 84); conv1x1 runs the gemm's products less its copies, faster at every width
+#: measured (16 to 2048 channels).
+FIRST_UP_TO = {"conv3x3": CONV3X3_FIRST_UP_TO, "conv3x3s2": 64, "conv1x1": None}
 
 
 def _time_candidates(device, candidates, arrays):
@@ -356,45 +377,3 @@ def conv2d(x, W, b=None, stride=1, padding=0, algorithm="auto", group=1, dilatio
     (top, left, bottom, right), dilation one int or (dh, dw)."""
     op = Conv2d(pair(stride), pair(padding), algorithm, group, pair(dilation))
     return op(x, W) if b is None else op(x, W, b)
-
-
-#: SINGA's and ONNX's padding modes (auto_pad): the padding given, none, or "same" padding.
-PAD_MODES = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
-
-
-def auto_pads(pad_mode, size, kernel, stride, dilation=(1, 1)):
-    """(top, left, bottom, right) for `pad_mode` "VALID" (none) or "SAME_*" on an input of
-    spatial `size`: out = ceil(n / s) per axis, the input padded by max((out - 1) s + d (k - 1)
-    + 1 - n, 0), half before, half after, the odd one after (SAME_UPPER) or before (_LOWER)."""
-    if pad_mode not in PAD_MODES[1:]:
-        raise ValueError(f"pad_mode {pad_mode!r}; use VALID, SAME_UPPER or SAME_LOWER")
-    begin, end = [], []
-    for n, k, s, d in zip(size, kernel, stride, dilation):
-        total = 0 if pad_mode == "VALID" else max((-(-n // s) - 1) * s + d * (k - 1) + 1 - n, 0)
-        after = total - total // 2 if pad_mode == "SAME_UPPER" else total // 2
-        begin.append(total - after)
-        end.append(after)
-    return tuple(begin + end)
-
-
-def pair(v):
-    """(v, v) for one int, else the values given: SINGA's kernel/stride/padding sizes."""
-    return (v, v) if isinstance(v, int) else tuple(v)
-
-
-def four_sides(padding, name):
-    """(top, left, bottom, right) of a padding given as (ph, pw), the same on both sides, or as
-    (top, left, bottom, right), ONNX's order for pads [x1_begin, x2_begin, x1_end, x2_end]."""
-    pads = tuple(padding)
-    if len(pads) not in (2, 4) or not all(_whole(p, 0) for p in pads):
-        raise ValueError(
-            f"{name}: padding {padding!r}; give (ph, pw) or (top, left, bottom, right), "
-            "whole numbers >= 0"
-        )
-    pads = tuple(int(p) for p in pads)
-    return pads * 2 if len(pads) == 2 else pads
-
-
-def _whole(v, least):
-    """Is v a whole number (a Python or NumPy int) >= least?"""
-    return isinstance(v, (int, np.integer)) and v >= least

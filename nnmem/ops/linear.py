@@ -178,7 +178,7 @@ class AddBias(Operator):
             K.copy(y_.reshape(-1), x_.reshape(-1))
             K.add_bias_rows(y_, b_)
 
-        self.run(kernel, reads=(x, b), writes=(y,), inplace=((y, x),))
+        self.run(kernel, reads=(x, b), writes=(y,), inplace=((y, x),), tag=("add_bias_rows",))
         return y
 
     def backward(self, dy):
@@ -186,7 +186,7 @@ class AddBias(Operator):
         db = None
         if self.needs_grad[1]:
             db = self.output((dy.shape[1],), dy.dtype)
-            self.run(K.sum_rows, reads=(dy,), writes=(db,))
+            self.run(K.sum_rows, reads=(dy,), writes=(db,), tag=("sum_rows",))
         return dy, db
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from nnmem.kernels import sizes
 from nnmem.operation import SAME, Operator
-from nnmem.ops.conv import four_sides, pair
+from nnmem.ops.padding import four_sides, pair
 
 __all__ = ["Pooling2d", "pooling_2d"]
 

@@ -172,7 +172,8 @@ def train_net(name, use_graph):
     rng = np.random.default_rng(3)
     x = tensor.from_numpy(rng.standard_normal((4, 5)).astype(np.float32), dev)
     t = tensor.from_numpy(rng.standard_normal((4, 3)).astype(np.float32), dev)
-    net.compile([x], is_train=True, use_graph=use_graph)
+    # unfused: graph mode would fuse the linear layer's bias with the ReLU (graph/fuse.py)
+    net.compile([x], is_train=True, use_graph=use_graph, fuse=False)
     losses = [float(tensor.to_numpy(net(x, t)[1])[0]) for _ in range(3)]
     return net, losses, x, t
 

@@ -3,7 +3,7 @@ GlobalAveragePool, GlobalMaxPool, BatchNormalization, LRN and Dropout (NCHW, 2-D
 
 from nnmem import autograd
 from nnmem.ops.batchnorm import BatchNorm2d
-from nnmem.ops.conv import PAD_MODES, auto_pads
+from nnmem.ops.padding import PAD_MODES, auto_pads
 from nnmem.ops.pooling import Pooling2d
 from nnmem.sonnx.converters import converts
 
