@@ -5,6 +5,7 @@ never rises."""
 import pytest
 
 from nnmem import autograd, device, layer, model, tensor
+from nnmem.graph.fuse import Fusion
 from nnmem.graph.liveness import block_kinds
 from nnmem.graph.plan import make_plan
 from nnmem.models import create_model
@@ -16,11 +17,7 @@ RESNET = dict(depth=8, num_channels=3)
 def _chains(m, data, **options):
     _, _, _, tx, ty = train(m, data, use_graph=True, **options)
     step = m.compiled_step(tx, ty)
-    counts = {}
-    for name, _ in step.fusions:
-        op = name.rpartition(":")[2]
-        counts[op] = counts.get(op, 0) + 1
-    return step, counts
+    return step, Fusion.of(step.fusions, 0).chains
 
 
 @pytest.fixture(scope="module")

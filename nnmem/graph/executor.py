@@ -355,12 +355,10 @@ class CompiledStep:
         plan was (order, recycling, recompute and offload policies), less this plan's arena;
         0 when nothing fused, or when this plan starts from the unfused recording (an
         offloading or optimal plan: recording())."""
-        fused = self.recording(self.offload, self.plan.decisions is not None)[0] is self.recorded
-        if not self.fusions or not fused:
+        if not self.fusions or self.offload != "none" or self.plan.decisions is not None:
             return 0
         unfused = make_plan(
-            self.unfused,
-            block_kinds(self.unfused)[0],
+            *self.recording(optimal=True),  # the unfused recording, its kinds found once
             self.device,
             self.sequential,
             self.recompute_policy,

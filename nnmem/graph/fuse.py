@@ -43,7 +43,7 @@ import numpy as np
 
 from nnmem.graph.liveness import INTERMEDIATE, block_kinds
 from nnmem.graph.recorder import Node
-from nnmem.graph.rewrite import through
+from nnmem.graph.rewrite import renumbered, through
 
 #: dtypes of the fused kernels
 FUSIBLE = (np.dtype(np.float32), np.dtype(np.float64))
@@ -150,7 +150,7 @@ def fuse(nodes, kernels):
             continue
         if redirect:
             node = _redirected(node, redirect)
-        out.append(_renumbered(node, len(out)))
+        out.append(renumbered(node, len(out)))
     return out, fusions
 
 
@@ -369,21 +369,3 @@ def _redirected_rebuild(rebuild, redirect):
         return rebuild
     fn, writes, reads = rebuild
     return (fn, through(writes, redirect), through(reads, redirect))
-
-
-def _renumbered(node, index):
-    if node.index == index:
-        return node
-    return Node(
-        index,
-        node.name,
-        node.fn,
-        node.writes,
-        node.reads,
-        node.inplace,
-        node.phase,
-        node.rebuild,
-        node.after,
-        node.stream,
-        node.tag,
-    )
