@@ -66,7 +66,7 @@ FAMILIES = {
     "concat": ("concat_copy_in", "concat_copy_out"),
     "lrn": ("lrn_forward", "lrn_backward"),
     "layernorm": ("layernorm_forward", "layernorm_backward_data", "layernorm_backward_scale"),
-    "reduce": ("sum_rows", "bias_grad_nchw"),
+    "reduce": ("sum_rows", "bias_grad_nchw", "count_nonfinite"),
     "gemm": ("matmul",),
     "loss": (
         "softmax_cross_entropy_forward",

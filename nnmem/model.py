@@ -35,9 +35,10 @@ from nnmem import autograd, checkpoint
 from nnmem.checkpoint import CheckpointError  # load_states raises it: model.CheckpointError
 from nnmem.layer import Layer
 from nnmem.memory.cache import TensorCache
+from nnmem.optim.mixed_precision import LossScaler
 from nnmem.step_cache import StepCache
 from nnmem.step_options import StepOptions
-from nnmem.tensor import Tensor
+from nnmem.tensor import Tensor, float16
 from nnmem.undo import UndoRecord
 
 
@@ -99,7 +100,18 @@ class Model(Layer):
         return self.step_options.sequential
 
     def set_optimizer(self, optimizer):
+        """The optimizer of train_one_batch's ``self.optimizer(loss)``; with mixed precision it
+        gets a LossScaler (master weights, dynamic loss scaling) unless it has one."""
         self.optimizer = optimizer
+        if self.step_options.precision == "float32" or isinstance(optimizer, _NoOptimizer):
+            return
+        if "loss_scaler" not in vars(optimizer):
+            raise TypeError(
+                "precision='float16' needs an optimizer with master weights and loss scaling "
+                f"(nnmem.opt's SGD, Adam, ...); {type(optimizer).__name__} has none"
+            )
+        if optimizer.loss_scaler is None:
+            optimizer.loss_scaler = LossScaler()
 
     def compile(
         self,
@@ -114,6 +126,7 @@ class Model(Layer):
         concurrency="off",
         memory="heuristic",
         fuse=True,
+        precision="float32",
     ):
         """Create the parameters from the inputs' shapes and fix the modes.
 
@@ -138,6 +151,11 @@ class Model(Layer):
         fuse: graph mode's fusion pass (nnmem.graph.fuse): BatchNorm + ReLU, BatchNorm + Add +
         ReLU and bias + ReLU, forward and backward, each one kernel call; the numbers stay the
         unfused step's, bit for bit. ``fuse=False`` records the step as the operators ran it.
+        precision: "float32", or "float16": mixed precision (nnmem.optim.mixed_precision):
+        float inputs are cast to float16 as a step begins, so parameters, activations and
+        gradients are stored in float16 (half the bytes), while the optimizer updates float32
+        master weights, with dynamic loss scaling (a step whose gradients overflow is skipped
+        and changes nothing; ``model.optimizer.loss_scaler`` holds the scale and the counts).
 
         The budget and eager offloading (offload without use_graph: the device's tensor cache)
         belong to the device: the last compile on a device sets them for every model on it.
@@ -156,7 +174,19 @@ class Model(Layer):
             concurrency,
             memory,
             fuse,
+            precision,
         ).check(dev)
+        wide = (
+            [n for n, p in self.get_params().items() if p.dtype != float16]
+            if precision != "float32"
+            else []
+        )
+        if wide and self.initialized:
+            raise ValueError(
+                f"compile(precision={precision!r}): this model's parameters were made in "
+                f"{self.get_params()[wide[0]].dtype} ({wide[0]}, ...); mixed precision makes "
+                "them in float16: compile a new model with precision='float16'"
+            )
         # eager offloading is the device's tensor cache ("dyn": the cache moves tensors only
         # when memory runs short, which is already dynamic, so it keeps every candidate)
         eager_offload = offload != "none" and not use_graph
@@ -176,13 +206,21 @@ class Model(Layer):
             autograd.training = is_train
             try:
                 with dev.dry_run_pass():
-                    self.forward(*inputs)
+                    self.forward(*self._entry(inputs))
             finally:
                 autograd.training = previous
         self.graph(use_graph, sequential)
         self.train(is_train)
         self.get_states()  # names every parameter and state (conv1.W, ...) for optimizers
         self.initialized = True
+        self.set_optimizer(self.optimizer)  # a loss scaler for mixed precision, or none
+
+    def _entry(self, inputs):
+        """The step's inputs as its first layer sees them: float tensors cast to float16 for
+        mixed precision (inside the step: a recorded graph casts at every replay)."""
+        if self.step_options.precision == "float32":
+            return inputs
+        return tuple(_as_half(x) for x in inputs)
 
     def graph(self, mode=True, sequential=False):
         """Turn graph mode on or off, with serial (sequential=True) or BFS order. Graphs
@@ -226,6 +264,8 @@ class Model(Layer):
         if self.training:
             self.optimizer.before_step(self)  # DistOpt's synchronises the ranks' models
         step = self.train_one_batch if self.training else self.forward
+        if self.step_options.precision != "float32":
+            step = functools.partial(_entered, self, step)
         with dev.step():
             caller_training = autograd.training  # a model called inside another's step
             autograd.training = self.training
@@ -234,11 +274,15 @@ class Model(Layer):
                 before = UndoRecord.record(dev, self._undo_buffers(), self.optimizer, self._graphs)
             try:
                 if not self.graph_mode or dev.recorder is not None:
-                    return step(*inputs, **kwargs)  # eager (or inside another model's recording)
-                host_values = functools.partial(self._host_values, dev)
-                return self._graphs.run(
-                    dev, step, self.training, inputs, kwargs, self.step_options, host_values
-                )
+                    result = step(*inputs, **kwargs)  # eager (or in another model's recording)
+                else:
+                    host_values = functools.partial(self._host_values, dev)
+                    result = self._graphs.run(
+                        dev, step, self.training, inputs, kwargs, self.step_options, host_values
+                    )
+                if self.training and _skipped(self.optimizer):
+                    before.restore()  # an overflow: the step changes nothing (graph/skipped.py)
+                return result
             except BaseException as e:
                 if isinstance(e, MemoryError):
                     # The failed step's tensors are held by the frames of the traceback: drop
@@ -293,7 +337,30 @@ class Model(Layer):
                 "model.compile([tx], ...) first so that its layers create them"
             )
         with _lock_of(mine):  # not in the middle of another thread's step
-            return checkpoint.load(fpath, mine)
+            aux = checkpoint.load(fpath, mine)
+            if vars(self.optimizer).get("loss_scaler") is not None:
+                self.optimizer.loss_scaler.refresh_masters()  # the loaded float16 parameters
+            return aux
+
+
+def _entered(model, step, *inputs, **kwargs):
+    """step(...) on the inputs as Model._entry gives them (a top-level function: picklable)."""
+    return step(*model._entry(inputs), **kwargs)
+
+
+def _skipped(optimizer):
+    """Did the optimizer's loss scaler skip the step just run (a gradient overflowed)?"""
+    scaler = vars(optimizer).get("loss_scaler")
+    return scaler is not None and scaler.last_step_skipped
+
+
+def _as_half(x):
+    """A float tensor (or a list of them) cast to float16; anything else as it is."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(_as_half(t) for t in x)
+    if isinstance(x, Tensor) and x.dtype.kind == "f" and x.dtype != float16:
+        return x.as_type(float16)
+    return x
 
 
 def _lock_of(states):

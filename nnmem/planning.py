@@ -2,8 +2,8 @@
 
 ``plan(model, input_shape)`` compiles the model on a *planning device* (nnmem.device
 .create_planning_device: its pool hands out offsets with no bytes behind them), records one
-training step in graph mode (recording never runs a kernel), and compiles the recording three
-ways, exactly as ``model.compile`` and graph mode would on a CPU device:
+training step in graph mode (recording never runs a kernel), and compiles the recording as
+``model.compile`` and graph mode would on a CPU device, once per technique:
 
 - baseline:               recycling off, every block of the step kept until it ends;
 - liveness:               each block freed after its last use (plus in-place, static plan);
@@ -15,19 +15,14 @@ ways, exactly as ``model.compile`` and graph mode would on a CPU device:
                           fastest plan within the budget (graph/optimal.py).
 
 ``frontier(model, input_shape)`` solves the optimal plan at many budgets, from the liveness
-peak down to the smallest feasible: the time/memory Pareto curve, with every heuristic
-(recompute and offload policies and their combinations) as a point on the same axes, timed by
-the same cost model (graph/costs.py).
-
-Because the planner is the graph compiler itself, running on the same allocator, its peak is
-the peak a real graph-mode iteration measures in the pool, byte for byte.
-
-``smallest_pool(model, input_shape)`` runs training steps and an evaluation on a planning device,
-eagerly or in graph mode, and returns the pool size they need, fragmentation included.
-
-Both call ``model(tx, ty, *step_args)``. SINGA's models take two more arguments,
-``train_one_batch(self, x, y, dist_option, spars)``; when ``step_args`` is not given, those
-get the values SINGA's train_cnn.py passes on one device, ``'plain'`` and ``None``.
+peak down to the smallest feasible: the time/memory Pareto curve, with every heuristic as a
+point on the same axes, timed by the same cost model (graph/costs.py). The planner is the
+graph compiler itself, on the same allocator: its peak is the pool's measured peak, byte for
+byte. ``smallest_pool(model, input_shape)`` runs training steps and an evaluation on a
+planning device, eagerly or in graph mode: the pool size they need, fragmentation included.
+All call ``model(tx, ty, *step_args)``; SINGA's models take two more arguments,
+``train_one_batch(self, x, y, dist_option, spars)``, which get the values SINGA's
+train_cnn.py passes on one device, ``'plain'`` and ``None``, when ``step_args`` is not given.
 """
 
 import inspect
@@ -93,20 +88,21 @@ def plan(
     memory="heuristic",
     link_gbps=None,
     fuse=True,
+    precision="float32",
 ):
     """A StepPlan for training `model` (a new, uninitialised Model: it is compiled on a
     planning device) on batches of `input_shape` (batch first) with class-id labels.
     `offload`: the policy of the offloading techniques ("none" leaves them out; "dyn" takes
     the fastest policy that fits `budget`, or "all" when none does or no budget is given);
     they are checked as compile checks them. `step_args`: the arguments of train_one_batch
-    after x and y (default: see the module's docstring).
-    `tensors`: keep every technique's tensors in its timeline (``timeline.tensors``, what
-    the memory viewer shows; for a deep network, many rows).
+    after x and y (default: see the module's docstring). `tensors`: keep every technique's
+    tensors in its timeline (``timeline.tensors``, what the memory viewer shows).
     `progress`: None, or a function called with the name of each stage as it starts,
     "recording" and then each technique's (nnmem plan shows them).
     `memory`: "optimal" adds the row "optimal", the fastest plan within `budget` (which it
     requires); NoPlanFits (graph/optimal.py) when no plan fits it. `link_gbps`: the copy
-    link's speed its cost model assumes (None: graph/costs.py's default). `fuse`: compile's."""
+    link's speed its cost model assumes (None: graph/costs.py's default). `fuse`, `precision`:
+    compile's (precision="float16": mixed precision, its float32 masters counted)."""
     progress = progress or _no_progress
     _check_new(model)
     if offload == "dyn" and budget is None:
@@ -116,10 +112,13 @@ def plan(
     if memory not in MEMORY:
         raise ValueError(f"plan(memory={memory!r}): choose one of {MEMORY}")
     # No device yet: the planning device made below has no limit to check the budget against.
-    budget = StepOptions(True, sequential, recompute, offload, budget).check(None, "plan").budget
+    options = StepOptions(True, sequential, recompute, offload, budget, precision=precision)
+    budget = options.check(None, "plan").budget
     dev = device.create_planning_device(link_gbps=link_gbps)
     progress("recording")
-    step = _recorded_step(model, input_shape, dev, sequential, optimizer, dtype, step_args, fuse)
+    step = _recorded_step(
+        model, input_shape, dev, sequential, optimizer, dtype, step_args, fuse, precision
+    )
     techniques = []
     variants = [
         ("baseline", False, "none", "none"),
@@ -127,10 +126,8 @@ def plan(
         ("liveness + recompute", True, recompute, "none"),
     ]
     if offload != "none":
-        variants += [
-            ("liveness + offload", True, "none", offload),
-            ("all three", True, recompute, offload),
-        ]
+        variants += [("liveness + offload", True, "none", offload)]
+        variants += [("all three", True, recompute, offload)]
     for name, recycle, recompute_policy, offload_policy in variants:
         progress(name)
         with dev.recycling(recycle):
@@ -188,8 +185,7 @@ class Frontier(NamedTuple):
     heuristics: list  # HeuristicPoint
 
 
-#: The heuristics drawn beside the frontier, and their names (the optimal planner weighs their
-#: plans beside the solver's: graph/optimal.py).
+#: The heuristics drawn beside the frontier, and their names (graph/optimal.py weighs them).
 HEURISTICS = optimal.HEURISTICS
 heuristic_name = optimal.heuristic_name
 
@@ -312,13 +308,17 @@ def smallest_pool(
     return dev.memory_stats()["high_water_bytes"]
 
 
-def _recorded_step(model, input_shape, dev, sequential, optimizer, dtype, step_args, fuse=True):
+def _recorded_step(
+    model, input_shape, dev, sequential, optimizer, dtype, step_args, fuse=True, precision="float32"
+):
     """The CompiledStep of `model` (compiled here, in graph mode) training on a batch of
     `input_shape` on `dev`: recorded and planned with liveness (on a planning device nothing
     runs; on a CPU device the step runs once)."""
     tx, ty = _inputs(model, input_shape, dev, optimizer, dtype)
     step_args = _step_args(model, step_args)
-    model.compile([tx], is_train=True, use_graph=True, sequential=sequential, fuse=fuse)
+    model.compile(
+        [tx], is_train=True, use_graph=True, sequential=sequential, fuse=fuse, precision=precision
+    )
     tx.set_value(0)  # written, so that reading them is allowed (a planning device only allocates)
     ty.set_value(0)
     model(tx, ty, *step_args)

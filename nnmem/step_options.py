@@ -2,7 +2,7 @@
 one place.
 
 ``StepOptions(use_graph, sequential, recompute, offload, budget, async_offload, concurrency,
-memory, fuse)``
+memory, fuse, precision)``
 holds them as given; ``check(device)`` refuses every value and every pair that cannot work
 (one-line errors that name the argument and what to give instead) and returns them
 normalised: the budget in bytes. ``Model.compile`` checks its arguments with it, and
@@ -17,6 +17,8 @@ from nnmem.memory import format_bytes, parse_bytes
 
 #: Who decides what each tensor does: the papers' rules, or the solver (graph/optimal.py).
 MEMORY = ("heuristic", "optimal")
+#: The step's arithmetic: all float32, or mixed (float16 storage, optim/mixed_precision.py).
+PRECISIONS = ("float32", "float16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +27,8 @@ class StepOptions:
     recompute policy), offload (an offload policy), budget (None, bytes, or text such as
     "1GiB" before check), async_offload (vDNNExt's engine or vDNN's), concurrency, and
     memory: "heuristic" (the policies decide) or "optimal" (graph/optimal.py decides per
-    tensor, fastest within the budget); fuse: graph mode's fusion pass (graph/fuse.py)."""
+    tensor, fastest within the budget); fuse: graph mode's fusion pass (graph/fuse.py);
+    precision: "float32" or "float16" (mixed precision, optim/mixed_precision.py)."""
 
     use_graph: bool = False
     sequential: bool = False
@@ -36,6 +39,7 @@ class StepOptions:
     concurrency: str = "off"
     memory: str = "heuristic"
     fuse: bool = True
+    precision: str = "float32"
 
     def check(self, device, caller="compile"):
         """These options with the budget in bytes, or a ValueError (TypeError for a wrong
@@ -68,6 +72,11 @@ class StepOptions:
         self._check_memory(caller)
         if not isinstance(self.fuse, bool):
             raise TypeError(f"{caller}(fuse={self.fuse!r}): give True or False")
+        if self.precision not in PRECISIONS:
+            why = " (NumPy has no bfloat16 dtype to store it in)" * (self.precision == "bfloat16")
+            raise ValueError(
+                f"{caller}(precision={self.precision!r}): choose one of {PRECISIONS}{why}"
+            )
         if concurrency != "off":
             if not self.use_graph:
                 raise ValueError(

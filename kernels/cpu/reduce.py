@@ -1,4 +1,5 @@
-"""Sum reductions used for bias gradients.
+"""Sum reductions used for bias gradients, and the count of non-finite values that dynamic
+loss scaling checks gradients with.
 
 Determinism: a reduction is never split across threads. Each output element
 (one column, one channel) is owned by one ``prange`` iteration, which sums its
@@ -46,6 +47,21 @@ def _bias_grad_nchw(db, dy):
         db[ci] = s
 
 
+def _count_nonfinite(count, x):
+    """count[0] += the number of inf and NaN values in x (1-D). Adds, so that one counter
+    (zeroed first) sums the checks of every gradient of a step. v - v is 0 for a finite v and
+    NaN for inf or NaN, a test that needs no math library on either backend."""
+    if count.shape != (1,):
+        raise ValueError("count_nonfinite: count must have shape (1,)")
+    found = 0
+    for i in range(x.shape[0]):
+        v = x[i]
+        if v - v != 0:
+            found += 1
+    count[0] += found
+
+
 sum_rows = njit(cache=True)(_sum_rows)
+count_nonfinite = njit(cache=True)(_count_nonfinite)
 # one channel per thread for a large dy (each channel's sum in the same order: the same bits)
 bias_grad_nchw = by_size(_bias_grad_nchw, on=1)

@@ -29,6 +29,7 @@ from nnmem.graph.fuse import fuse
 from nnmem.graph.liveness import END, block_kinds
 from nnmem.graph.optimal import OptimalPlanner
 from nnmem.graph.plan import PlanTooLarge, choose_offload, make_plan, pool_bytes_needed
+from nnmem.graph.skipped import SkippedStep
 from nnmem.memory.errors import OutOfMemory
 from nnmem.tensor import Tensor
 
@@ -251,10 +252,8 @@ class CompiledStep:
 
         `host_values`: a function giving the Python scalars the step's kernels are launched
         with (learning rate, seed...); a device that captures the step as one launch (CUDA
-        graphs) captures it again when they change. Only such a device calls it.
-        With offloading, every copy has finished (and a failed one has raised) before the
-        commit phase begins; the step's transfer figures are then in memory_stats().
-
+        graphs) captures it again when they change. Only such a device calls it. A call of
+        the compute phase may end the step before its commit (SkippedStep).
         A step planned under the other setting of the device's ``recycle`` switch (a learner
         flipped ``dev.recycle``) is planned again first (follow_recycle_switch)."""
         if self.plan.recycle != self.device.recycle:
@@ -272,24 +271,31 @@ class CompiledStep:
             return self.result
         if self.concurrency is not None:
             self.concurrency.begin_step()
-        if self.engine is None:
-            self._run(self.calls[: self.split])
-        else:
-            try:
-                self.engine.begin()
-                self._run(self.calls[: self.split])
-                self.engine.finish()
-            except BaseException:
-                # copies still in flight would write bytes a retry uses: let them end first
-                with contextlib.suppress(Exception):
-                    self.device.copy_stream.synchronize()
-                raise
-            self.device.set_offload_stats(self.engine.measure())
+        try:
+            self._compute_phase()
+        except SkippedStep:  # the step ends here, changing no parameter (skipped.py)
+            return self.result
         with self.device.commit_phase():
             self._run(self.calls[self.split :], self.split)
         if self.concurrency is not None:
             self.concurrency.end_step()
         return self.result
+
+    def _compute_phase(self):
+        """The calls before the commit; with offloading, every copy ends (and a failed one
+        raises) before it returns, and the step's transfer figures go to memory_stats()."""
+        if self.engine is None:
+            return self._run(self.calls[: self.split])
+        try:
+            self.engine.begin()
+            self._run(self.calls[: self.split])
+            self.engine.finish()
+        except BaseException:
+            # copies still in flight would write bytes a retry uses: let them end first
+            with contextlib.suppress(Exception):
+                self.device.copy_stream.synchronize()
+            raise
+        self.device.set_offload_stats(self.engine.measure())
 
     def follow_recycle_switch(self):
         """Replan the step under the device's ``recycle`` switch as it is now: off, the

@@ -11,14 +11,12 @@ every parameter's state, and SINGA's get_states / set_states of that state. The 
 
 Anything that fails in phase 1 (out of memory, an interrupt, a bad label) leaves parameters
 and optimizer state exactly as they were; phase 2 allocates nothing, so it cannot run out of
-memory half-way. The price is memory: every gradient stays alive until backward has ended
-(at most one more copy of the parameters at the end of backward), where applying each update
-as soon as its gradient is final could drop it at once.
+memory half-way. The price: every gradient lives until backward ends (one more copy of the
+parameters at most), where updating as soon as a gradient is final could drop it at once.
 
-State (momentum buffers, Adam moments) is keyed by the parameter tensor itself, not by its
-name, so two layers that happen to share a name cannot share a buffer. The step count is a
-tensor too, advanced by a device operation, and the hyperparameters (learning rate, momentum,
-weight decay, ...) are read when the update runs: a replayed graph sees them change.
+State (momentum buffers, Adam moments) is keyed by the parameter tensor, not by its name,
+so two layers sharing a name cannot share a buffer. The step count is a tensor advanced by a
+device operation; hyperparameters are read when the update runs (a replay sees them change).
 """
 
 import math
@@ -94,10 +92,13 @@ class Optimizer:
         # What set_states gave for what does not exist yet: "step_counter" -> the count, and
         # state name -> {parameter name: array}, used when the counter / the state is made.
         self._restored = {}
+        self.loss_scaler = None  # mixed precision's (optim/mixed_precision.py): see compile
 
     def __call__(self, loss):
         """Backward from `loss`, then update every parameter and advance the step counter;
-        all of it or (when backward or an allocation fails) none of it."""
+        all or (when backward or an allocation fails) none of it. A loss scaler's: see it."""
+        if self.loss_scaler is not None:
+            return self.loss_scaler.backward_and_update(self, loss)
         self.apply_gradients(list(autograd.backward(loss)), loss.device)
 
     def apply_gradients(self, gradients, device, then=None):
@@ -211,9 +212,8 @@ class Optimizer:
 
     def _count(self):
         """The steps taken, as an int (read from the device once the counter is there)."""
-        if self._steps is None:
-            return self._restored.get("step_counter", 0)
-        return int(to_numpy(self._steps)[0])
+        made = self._steps is not None
+        return int(to_numpy(self._steps)[0]) if made else self._restored.get("step_counter", 0)
 
     def apply(self, param_name, param_value, param_grad):
         raise NotImplementedError
