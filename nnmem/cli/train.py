@@ -108,6 +108,13 @@ def add_parser(commands):
         help="threads per operation, found by hill climbing in the first steps (graph mode, "
         "CPU): 1, 1-2, 1-3 (co-running operations), 1-4 (and hyper-threads), auto (= 1-4)",
     )
+    p.add_argument(
+        "--precision",
+        default="float32",
+        choices=["float32", "float16"],
+        help="float16: mixed precision (float16 storage, float32 master weights, dynamic loss "
+        "scaling; a step whose gradients overflow is skipped)",
+    )
     p.add_argument("--seed", type=arguments.non_negative_int, default=0)
     dist_flags(p)
     p.add_argument(
@@ -254,6 +261,7 @@ def train(args, dev, data, num_classes, dist=None):
         async_offload=not args.sync_offload,
         concurrency=args.concurrency,
         memory=args.memory,
+        precision=args.precision,
     )
     epochs_done = 0 if args.resume is None else resumed(args, model, optimizer, dev)
     say(
