@@ -315,6 +315,9 @@ class Device(Switches, SingaMethods):
         """
         if touches_float16(tuple(reads) + tuple(writes)):
             fn = self.half_precision(fn, len(writes))
+            if isinstance(rebuild, tuple):  # recomputation's recipe runs kernels on them too
+                again, again_reads, again_writes = rebuild
+                rebuild = (self.half_precision(again, len(again_writes)), again_reads, again_writes)
         with self.lock:
             if self.dry_run:
                 return
