@@ -197,8 +197,7 @@ def test_bad_precision_and_scaler_arguments_say_what_to_give():
 def test_nnmem_train_takes_a_precision(capsys):
     from nnmem.cli import main
 
-    # batch 64: activations outweigh the masters, momenta and unscaled gradients (at batch 16
-    # the CNN's 431k parameters' float32 copies make mixed precision's peak the higher)
+    # batch 64: activations outweigh the float32 buffer the gradients are unscaled into
     quick = [
         "train",
         "--epochs",

@@ -23,10 +23,12 @@ Why each part:
   doubles, up to the largest power of two the loss's dtype holds (2^15 for float16).
 
 Memory contract, per float16 parameter of P elements: the master, 4P bytes, and the optimizer's
-state in float32 beside it (SGD's momentum: 4P), for as long as training goes on; in each step,
-before its commit, the gradient unscaled into float32 (4P, freed by its update) and one 4-byte
-counter. A graph step with the overflow check reads the counter on the host, so on a GPU it is
-replayed kernel by kernel, not as one CUDA graph.
+state in float32 beside it (SGD's momentum: 4P), for as long as training goes on: with the
+float16 parameter and gradient, 12P bytes, as many as float32 SGD with momentum keeps. In each
+step, one float32 buffer as large as the largest gradient, into which the commit unscales each
+gradient in turn just before its update, and one 4-byte counter. A graph step with the
+overflow check reads the counter on the host, so on a GPU it is replayed kernel by kernel, not
+as one CUDA graph.
 
 Masters are made from the parameters at the first step; ``refresh_masters()`` copies the
 parameters in again (Model.load_states calls it). Checkpoints hold the float16 parameters; the
@@ -76,28 +78,32 @@ class LossScaler:
 
     def backward_and_update(self, optimizer, loss):
         """Backward from loss * S, the overflow check, then (if clean) `optimizer`'s update of
-        the masters by the unscaled gradients, each master then rounded into its parameter."""
+        the masters, each by its gradient unscaled into float32 just before, each master then
+        rounded into its parameter."""
         dev = loss.device
         grads = list(autograd.backward(loss, self._seed(loss)))
         try:
             self._check([g for _, g in grads], dev)
         except SkippedStep:  # an eager step, checked now: nothing to commit
             return
-        pairs = [(self._master(p), self._unscaled(g)) for p, g in grads]
-        halves = [(p, m) for (p, _), (m, _) in zip(grads, pairs) if m is not p]
+        params = {id(self._master(p)): p for p, _ in grads}
+        scratch = self._scratch(grads, dev)
 
-        def round_into_parameters():
-            for p, m in halves:
+        def through(master, grad, update):
+            update(master, self._unscaled(grad, scratch))
+            param = params[id(master)]
+            if param is not master:
                 cast = dev.kernels.cast
                 dev.exec(
                     lambda p_, m_: cast(p_.reshape(-1), m_.reshape(-1)),
-                    reads=(m,),
-                    writes=(p,),
-                    name=f"{p.name}:master to float16",
+                    reads=(master,),
+                    writes=(param,),
+                    name=f"{param.name}:master to float16",
                     phase="update",
                 )
 
-        optimizer.apply_gradients(pairs, dev, then=round_into_parameters)
+        pairs = [(self._master(p), g) for p, g in grads]
+        optimizer.apply_gradients(pairs, dev, through=through)
 
     def refresh_masters(self):
         """Copy every parameter into its master (after the parameters were set from outside)."""
@@ -171,9 +177,21 @@ class LossScaler:
             self.masters[param] = master
         return self.masters[param]
 
-    def _unscaled(self, grad):
-        """g / S in float32: a new tensor, freed by the update that reads it."""
-        out = Tensor(grad.shape, grad.device, float32, requires_grad=False)
+    def _scratch(self, grads, dev):
+        """The float32 buffer every gradient is unscaled into, in turn, in the commit: as
+        large as the largest gradient, and written once here, before the commit, so that
+        nothing is allocated inside it (an allocation there could fail half-way)."""
+        size = max((g.size() for _, g in grads), default=0)
+        scratch = Tensor((size,), dev, float32, requires_grad=False, name="unscaled gradient")
+        fill = dev.kernels.fill
+        dev.exec(lambda s_: fill(s_, 0.0), reads=(), writes=(scratch,),
+                 name="loss scale: unscaled gradient buffer", phase="backward")  # fmt: skip
+        return scratch
+
+    def _unscaled(self, grad, scratch):
+        """g / S in float32, in the first g.size() elements of `scratch` (a view: the next
+        gradient's unscale overwrites it once this update has read it)."""
+        out = Tensor._on_block(scratch.block, grad.shape, float32, grad.device)
         k = grad.device.kernels
 
         def unscale(out_, g_):
@@ -181,7 +199,7 @@ class LossScaler:
             k.scale(out_.reshape(-1), 1.0 / self._step_scale)
 
         grad.device.exec(unscale, reads=(grad,), writes=(out,), name="loss scale: unscale",
-                         phase="backward")  # fmt: skip
+                         phase="update")  # fmt: skip
         return out
 
 

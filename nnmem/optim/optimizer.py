@@ -101,15 +101,20 @@ class Optimizer:
             return self.loss_scaler.backward_and_update(self, loss)
         self.apply_gradients(list(autograd.backward(loss)), loss.device)
 
-    def apply_gradients(self, gradients, device, then=None):
-        """The two phases for (parameter, gradient) pairs: make every state the updates
-        need, then, in the commit phase, update every parameter, advance the step counter
-        and call then() (a wrapper's own part of the commit: DistOpt's residuals)."""
+    def apply_gradients(self, gradients, device, then=None, through=None):
+        """The two phases for (parameter, gradient) pairs: make every state the updates need,
+        then, in the commit phase, update every parameter, advance the step counter and call
+        then() (a wrapper's own part of the commit: DistOpt's residuals). through(param, grad,
+        update) runs one pair's update(param, grad) with its own calls around it."""
         _check_gradient_sizes(gradients)  # here: an update kernel refusing one would cut the commit
         self._allocate_state([param for param, _ in gradients], device)
+        update = self.update  # queues the rule's kernel for one pair
         with device.commit_phase():
             for param, grad in gradients:
-                self.apply(param.name, param, grad)
+                if through is None:
+                    update(param, grad)
+                else:
+                    through(param, grad, update)
             self.step()
             if then is not None:
                 then()
@@ -132,20 +137,14 @@ class Optimizer:
         gives every rank rank 0's model)."""
 
     def step_failed(self, error):
-        """After a training step failed: nothing here (the undo record drops the state it
-        made, see state_mark; DistOpt breaks off its exchanges)."""
+        """After a failed training step: nothing (the undo record drops the state it made)."""
 
     def hyperparameters(self):
-        """(name, value) of every setting the update kernels are launched with (learning rate,
-        momentum, betas...), sorted, a schedule as the tuple the kernels evaluate: what a step
-        captured as one CUDA graph has frozen. (A schedule's values follow the step count on
-        the device; only another schedule needs another capture.)"""
-        found = []
-        for name, value in vars(self).items():
-            if isinstance(value, DecayScheduler):
-                found.append((name, value.schedule()))
-            elif isinstance(value, numbers.Number):
-                found.append((name, value))
+        """(name, value) of every setting the update kernels are launched with (lr, momentum,
+        ...), sorted, a schedule as the tuple the kernels evaluate: what a step captured as
+        one CUDA graph froze (a schedule follows the step count on the device by itself)."""
+        found = [(k, v.schedule()) for k, v in vars(self).items() if isinstance(v, DecayScheduler)]
+        found += [(k, v) for k, v in vars(self).items() if isinstance(v, numbers.Number)]
         return tuple(sorted(found))
 
     def state_mark(self):
