@@ -42,6 +42,9 @@ EXPECTED = {
         "DOT: 35 nodes for 35 operations, 61 edges",
         "fused kernel calls: 14 (BatchNorm2d+Add+ReLU, BatchNorm2d+ReLU)",
         "operations: 104 recorded, 87 after fusion",
+        "ResNet-20, batch 32, liveness peak: float32 52.4 MiB, mixed precision 28.4 MiB",
+        "conv1.W is float16, its master float32; loss scale 32768",
+        "the overflowing step was skipped: True | weights unchanged: True | loss scale now 16384",
     ],
     "03_liveness_and_recompute.ipynb": [
         "ResNet: recomputation saves",
