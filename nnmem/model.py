@@ -313,7 +313,9 @@ class Model(Layer):
         optimizer's hyperparameters (Optimizer.hyperparameters) and dropout's seed. A device
         that freezes a step into one launch (CUDA graphs) captures it again when one of them
         changes."""
-        return tuple(self.optimizer.hyperparameters()) + (("seed", dev.seed),)
+        scaler = vars(self.optimizer).get("loss_scaler")  # its scale: seed and unscale read it
+        scale = () if scaler is None else (("loss scale", scaler.scale),)
+        return tuple(self.optimizer.hyperparameters()) + (("seed", dev.seed),) + scale
 
     # -- checkpoints in SINGA's format --------------------------------------------------------
     def save_states(self, fpath, aux_states=None):

@@ -157,9 +157,9 @@ class Device(Switches, SingaMethods):
         GPU they may still be in flight when this returns, so ``Sync()`` before reading them."""
         return [self.to_host(t) for t in tensors]
 
-    def captured_launch(self, step, host_values):
-        """A function that queues the whole replay of the compiled `step` at once, or None to
-        replay it call by call (the default; the CUDA device captures a CUDA graph)."""
+    def captured_replay(self, step, host_values):
+        """The replay of the compiled `step` in few launches, with ``compute()`` and
+        ``commit()`` (the CUDA device's CUDA graphs), or None to replay it call by call."""
         return None
 
     def Sync(self):

@@ -31,6 +31,7 @@ import numpy as np
 from numba import config, cuda
 
 from nnmem.kernels import cuda as cuda_kernels
+from nnmem.memory.errors import TransferError
 from nnmem.memory.units import parse_bytes
 
 from . import cuda_graph
@@ -173,29 +174,27 @@ class CudaDevice(Device):
         self.Sync()
         return (time.perf_counter() - start) / repeats
 
-    def captured_launch(self, step, host_values):
-        """The step's CUDA graph launch, captured at its second replay (the first compiles the
-        kernels and lets Conv2d's "auto" time its algorithms, neither of which may
-        happen while capturing) and again when its arrays or ``host_values()`` change. None:
-        replay call by call (graphs off, profiling on, the first replay, a step that offloads:
-        its transfers run on a second stream, measured with events; a step with work on the
-        host between its kernels, such as DistOpt's collectives; or a capture that failed:
-        the step then stays uncaptured)."""
-        if not self.use_cuda_graphs or self.instrumented:
+    def captured_replay(self, step, host_values):
+        """The step as CUDA graphs (cuda_graph.CapturedReplay), captured at its second replay
+        (the first compiles the kernels and lets Conv2d's "auto" time its algorithms, neither
+        of which may happen while capturing) and again when its arrays or ``host_values()``
+        change. Host calls (loss scaling's check, DistOpt's collectives) run between the
+        graphs. A step that offloads asynchronously is captured with its copy stream
+        (engine.py:CaptureForm). None: replay call by call (graphs off, profiling on, the
+        first replay, synchronous offloading: the host waits at every layer's end; traced
+        transfers; or a capture that failed: the step then stays uncaptured)."""
+        if not self.use_cuda_graphs or self.instrumented or step.replays < 2:
             return None
-        if step.engine is not None:
-            return None
-        if any(getattr(fn, "runs_on_host", False) for _, fn, _ in step.calls):
-            return None  # a capture records kernels, not host work (DistOpt's collectives)
-        if step.replays < 2:
+        engine = step.engine
+        if engine is not None and (engine.synchronous or engine.trace):
             return None
         captured = self._captured.get(step, False)
         if captured is None:  # a capture failed before: call by call for good
             return None
         key = host_values()
-        if captured is False or captured.calls is not step.calls or captured.key != key:
+        if captured is False or captured.source is not step.calls or captured.key != key:
             try:
-                captured = cuda_graph.CapturedStep(step.calls, self.compute_stream, key)
+                captured = self._capture(step, key)
             except Exception as e:
                 self._captured[step] = None
                 warnings.warn(
@@ -206,7 +205,35 @@ class CudaDevice(Device):
                 )
                 return None
             self._captured[step] = captured
-        return captured.launch
+        return captured
+
+    def _capture(self, step, key):
+        """The CapturedReplay of the step's calls, or of their capturable form when it
+        offloads (``measured``: it reads the events each launch records)."""
+        if step.engine is None:
+            return cuda_graph.CapturedReplay(
+                step.calls, step.split, self.compute_stream, key, step.calls
+            )
+        form = step.engine.capture_form(cuda_graph.record_node)
+        end = functools.partial(self._end_of_transfers, step.label)
+        return cuda_graph.CapturedReplay(
+            form.calls, form.split, self.compute_stream, key, step.calls, form, end
+        )
+
+    def _end_of_transfers(self, label, captured):
+        """After an offloading step's compute phase: wait for it (as the uncaptured step
+        waits for its copies, before the commit, so a failed transfer changes no parameter)
+        and report its transfers in memory_stats() (offload.*). Inside a graph a failed copy
+        cannot raise before its reader runs: this synchronisation raises it, or a kernel's
+        failure, as a TransferError."""
+        try:
+            self.compute_stream.synchronize()
+        except Exception as e:
+            raise TransferError(
+                f"{label}: its CUDA graph failed on the GPU (a copy between device and host "
+                f"memory, or a kernel): {e}"
+            ) from e
+        self.set_offload_stats(captured.measured.measure())
 
     def _write_from_host(self, tensor, write):
         # Pageable memory: pinning a buffer (cudaHostAlloc) costs more than this one
@@ -227,10 +254,9 @@ class CudaDevice(Device):
             return out
 
     def half_precision(self, fn, n_writes):
-        raise TypeError(
-            "float16 tensors on the CUDA device: nnmem's CUDA kernels are compiled for float32 "
-            "and float64 only; use float32 there (float16 storage runs on the CPU device)"
-        )
+        """The kernel itself: the CUDA kernels take float16 arrays (storage) and compute in
+        float32 (kernels/cuda/_launch.py), with no copy and no temporary."""
+        return fn
 
     def copy_tensor(self, dst, src):
         with cuda.gpus[self.dev_id]:

@@ -16,6 +16,9 @@ Two modes (vDNN, and vDNNExt's improvement of it):
 At the end of the compute phase the host waits for the copy stream and raises the first failed
 copy there, before the commit phase: a failed transfer changes no parameter.
 
+Captured as one CUDA graph (capture_form, used by devices/cuda.py), the asynchronous mode's
+calls take a form with no host query and no host synchronisation inside: see CaptureForm.
+
 Measured each step with events (set when their stream reaches them): transfer time (the sum
 of the copies' durations), stall time (the compute stream waiting for copies) and overlap =
 1 - stall / transfer: the share of transfer time hidden behind compute.
@@ -35,6 +38,8 @@ class TransferEngine:
         self._traced = []  # (lane, name, start event, end event) of each traced call
         self._stalls = []  # the last step's waits, as self.waits holds them
         self._origin = device.create_event()  # the start of the step, for lanes()
+        # the last calls() built, their roles ("call", "wait", "transfer", "sync") and split
+        self._built = [], [], 0
 
     # -- building the call list -----------------------------------------------------------
     def calls(self, nodes, order, commit_start, arrays_of):
@@ -64,28 +69,44 @@ class TransferEngine:
                 label = f"copy-out of {node.fn.desc}"
             if reader is not None:
                 waits_before.setdefault(reader, []).append((label, done))
-        out, split = [], len(order)
+        out, roles, split = [], [], len(order)
         for position, i in enumerate(order):
             node = nodes[i]
             if position == commit_start:
                 split = len(out)
             for label, event in waits_before.get(position, ()):
                 out.append((f"wait:{label}", self._wait_call(label, event), []))
+                roles.append(("wait", label, event))
             if node.stream == MARKER:  # a point of the plan: nothing runs
                 pass
             elif node.stream == "copy":
                 out.append((node.name, self._transfer_call(node, events[i]), arrays_of(node)))
-            elif self.trace:
-                out.append((node.name, self._traced_call(node), arrays_of(node)))
+                roles.append(("transfer", node, events[i]))
             else:
-                out.append((node.name, node.fn, arrays_of(node)))
+                call = self._traced_call(node) if self.trace else node.fn
+                out.append((node.name, call, arrays_of(node)))
+                roles.append(("call",))
             if (
                 self.synchronous
                 and position < commit_start
                 and self._layer_ends(nodes, order, position)
             ):
                 out.append((f"sync:{layer_of(node)}", self._sync_call(layer_of(node)), []))
+                roles.append(("sync",))
+        self._built = out, roles, split
         return out, split
+
+    def capture_form(self, record_node):
+        """The last calls() built, in the form a CUDA stream capture records (CaptureForm);
+        `record_node(event, stream)` records a timing event as a node of the graph. Only the
+        asynchronous mode without tracing has one: sync mode synchronises the host at every
+        layer's end, and tracing is a diagnostic, run call by call."""
+        if self.synchronous or self.trace:
+            raise ValueError(
+                "only an asynchronous engine without tracing can be captured: synchronous "
+                "offloading and trace_transfers() replay call by call"
+            )
+        return CaptureForm(self.device, *self._built, record_node)
 
     @staticmethod
     def _first(nodes, order, position, test):
@@ -115,7 +136,7 @@ class TransferEngine:
         ready, start = dev.create_event(), dev.create_event()
         self.transfers.append((node, start, done))
         self._traced.append(("copy", node.name, start, done))
-        label = f"{'copy-out' if node.fn.direction == 'out' else 'prefetch'} of {node.fn.desc}"
+        label = _transfer_label(node)
 
         def transfer(dst, src):
             # the copy runs after what the compute stream queued before it (the producer, or
@@ -198,22 +219,127 @@ class TransferEngine:
         """The last step's figures, after finish(): seconds of transfer and stall, overlap,
         bytes each way (shown in memory_stats() as offload.*). The next step measures its own
         waits."""
-        # max(0, ...): Numba's CUDA simulator has events without clocks
-        transfer = sum(max(0.0, s.elapsed_time(e)) for _, s, e in self.transfers) / 1e3
-        stall = sum(max(0.0, b.elapsed_time(a)) for _, b, a in self.waits) / 1e3
-        out = sum(n.fn.nbytes for n, _, _ in self.transfers if n.fn.direction == "out")
-        back = sum(n.fn.nbytes for n, _, _ in self.transfers if n.fn.direction == "in")
-        figures = {
-            "offload.mode": "sync" if self.synchronous else "async",
-            "offload.tensors": len(self.transfers) // 2,
-            "offload.bytes_to_host": out,
-            "offload.bytes_to_device": back,
-            "offload.transfer_seconds": transfer,
-            "offload.stall_seconds": stall,
-            "offload.overlap": 1.0 - stall / transfer if transfer > 0 else 1.0,
-        }
+        figures = offload_figures(self.synchronous, self.transfers, self.waits)
         self._stalls, self.waits = self.waits, []  # the last step's, for lanes()
         return figures
+
+
+class CaptureForm:
+    """An asynchronous engine's calls as CUDA stream captures can record them (one graph per
+    run of kernels between host calls, and the commit phase apart: devices/cuda_graph.py
+    CapturedReplay; ``split``: where the commit starts in ``calls``), with the same kernels on
+    the same arrays in the same dependency order (so the same numbers):
+
+    - no host query and no host synchronisation inside (both are illegal while capturing):
+      every wait is made, where the uncaptured engine first asks whether the copy is done,
+      and nothing synchronises until the graph's launch has been queued;
+    - the copy stream *forks* from the compute stream (the first copy waits for an event
+      recorded on the compute stream: the capture then records the copy stream too) and
+      *joins* back where the compute phase ends and before each host call (the compute stream
+      waits for an event recorded on the copy stream, as ``finish()`` waits uncaptured): a
+      capture ending with a fork not joined fails (CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+    - a plain event record inside a capture is no node of the graph (it only carries the
+      dependency), so the timing events around each copy and each wait are recorded by
+      `record_node` (an event record node: each launch records them), and measure() reads them
+      after a launch has ended. A wait's stall is measured every time: ~0 when the copy was
+      already done.
+
+    A copy that fails on the GPU cannot raise before the kernel that reads it, as the engine's
+    waits do uncaptured: the synchronisation at the end of the compute phase raises it, before
+    the commit."""
+
+    def __init__(self, device, calls, roles, split, record_node):
+        self.device, self._record_node = device, record_node
+        self.transfers, self.waits = [], []  # as TransferEngine's, the same for every launch
+        self.calls = []  # (name, fn, arrays), for cuda_graph.CapturedStep
+        done_of = {}  # the uncaptured engine's event after a copy -> this form's
+        forked = False  # a copy was queued since the copy stream last joined back
+        self.split = None  # where the commit phase starts in self.calls
+        for position, (entry, role) in enumerate(zip(calls, roles)):
+            runs_on_host = getattr(entry[1], "runs_on_host", False)
+            if (position == split or runs_on_host) and forked:
+                self.calls.append(self._join())  # a graph ends here: its copies join it
+                forked = False
+            if position == split:
+                self.split = len(self.calls)
+            if role[0] == "wait":
+                _, label, event = role
+                self.calls.append((entry[0], self._wait(label, done_of[event]), []))
+            elif role[0] == "transfer":
+                _, node, event = role
+                done_of[event] = device.create_event()
+                self.calls.append((entry[0], self._transfer(node, done_of[event]), entry[2]))
+                forked = True
+            else:
+                self.calls.append(entry)
+        if forked:
+            self.calls.append(self._join())
+        if self.split is None:  # no commit phase
+            self.split = len(self.calls)
+
+    def _transfer(self, node, done):
+        dev, record_node = self.device, self._record_node
+        ready, start, end = dev.create_event(), dev.create_event(), dev.create_event()
+        self.transfers.append((node, start, end))
+
+        def transfer(dst, src):
+            ready.record(dev.compute_stream)  # the fork (first copy), or a dependency
+            ready.wait(dev.copy_stream)
+            record_node(start, dev.copy_stream)
+            dev.queue_copy(dst, src, dev.copy_stream, _transfer_label(node))
+            record_node(end, dev.copy_stream)
+            done.record(dev.copy_stream)
+
+        return transfer
+
+    def _wait(self, label, done):
+        dev, record_node = self.device, self._record_node
+        before, after = dev.create_event(), dev.create_event()
+        self.waits.append((label, before, after))
+
+        def wait():
+            record_node(before, dev.compute_stream)
+            done.wait(dev.compute_stream)
+            record_node(after, dev.compute_stream)
+
+        return wait
+
+    def _join(self):
+        dev = self.device
+        joined = dev.create_event()
+
+        def join():
+            joined.record(dev.copy_stream)
+            joined.wait(dev.compute_stream)
+
+        return ("join:copy stream", join, [])
+
+    def measure(self):
+        """The figures of the last launch, after it has ended (as TransferEngine.measure)."""
+        return offload_figures(False, self.transfers, self.waits)
+
+
+def offload_figures(synchronous, transfers, waits):
+    """The offload.* figures of one step: `transfers` (node, start, end) and `waits` (label,
+    before, after) are events its streams have reached."""
+    # max(0, ...): Numba's CUDA simulator has events without clocks
+    transfer = sum(max(0.0, s.elapsed_time(e)) for _, s, e in transfers) / 1e3
+    stall = sum(max(0.0, b.elapsed_time(a)) for _, b, a in waits) / 1e3
+    out = sum(n.fn.nbytes for n, _, _ in transfers if n.fn.direction == "out")
+    back = sum(n.fn.nbytes for n, _, _ in transfers if n.fn.direction == "in")
+    return {
+        "offload.mode": "sync" if synchronous else "async",
+        "offload.tensors": len(transfers) // 2,
+        "offload.bytes_to_host": out,
+        "offload.bytes_to_device": back,
+        "offload.transfer_seconds": transfer,
+        "offload.stall_seconds": stall,
+        "offload.overlap": 1.0 - stall / transfer if transfer > 0 else 1.0,
+    }
+
+
+def _transfer_label(node):
+    return f"{'copy-out' if node.fn.direction == 'out' else 'prefetch'} of {node.fn.desc}"
 
 
 def _reached(event):

@@ -21,6 +21,7 @@ What a learner reads from a step (summary, live sets, tensors, text) is in repor
 """
 
 import contextlib
+import functools
 
 from nnmem.graph import draw, report
 from nnmem.graph.concurrency import Concurrency
@@ -264,19 +265,16 @@ class CompiledStep:
                 # data enters through the recorded placeholders: a copy queued on the device
                 self.device.copy_tensor(recorded, given)
         self.replays += 1
-        launch = self.device.captured_launch(self, host_values)
-        if launch is not None:  # the whole step as one launch: compute and commit together
-            with self.device.commit_phase():
-                launch()
-            return self.result
+        captured = self.device.captured_replay(self, host_values)  # CUDA graphs, or None
+        compute, commit = (captured.compute, captured.commit) if captured else (None, None)
         if self.concurrency is not None:
             self.concurrency.begin_step()
         try:
-            self._compute_phase()
+            (compute or self._compute_phase)()
         except SkippedStep:  # the step ends here, changing no parameter (skipped.py)
             return self.result
         with self.device.commit_phase():
-            self._run(self.calls[self.split :], self.split)
+            (commit or functools.partial(self._run, self.calls[self.split :], self.split))()
         if self.concurrency is not None:
             self.concurrency.end_step()
         return self.result
