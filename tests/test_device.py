@@ -452,3 +452,13 @@ def test_copies_on_a_slow_link_take_their_time_and_leave_the_host_free():
 def test_a_bad_link_speed_is_a_clear_error(speed):
     with pytest.raises(ValueError, match="link_gbps"):
         device.create_cpu_device("1MiB", link_gbps=speed)
+
+
+def test_the_host_pool_takes_its_size_from_the_environment(monkeypatch):
+    monkeypatch.setenv("NNMEM_HOST_POOL_BYTES", "3MiB")
+    assert device.create_cpu_device("8MiB").host.pool.capacity == 3 << 20
+    monkeypatch.setenv("NNMEM_HOST_POOL_BYTES", "")  # unset or empty: four device pools
+    assert device.create_cpu_device("8MiB").host.pool.capacity == 32 << 20
+    monkeypatch.setenv("NNMEM_HOST_POOL_BYTES", "lots")
+    with pytest.raises(ValueError, match="NNMEM_HOST_POOL_BYTES: cannot read 'lots'"):
+        device.create_cpu_device("8MiB")

@@ -21,6 +21,7 @@ The seam. A kind of device decides four things, and nothing else differs:
 
 import contextlib
 import itertools
+import os
 
 import numpy as np
 
@@ -72,7 +73,7 @@ class Device(Switches, SingaMethods):
         self.pool = Pool(parse_bytes(pool_bytes), policy=policy, alignment=ALIGNMENT)
         self.storage = self._make_storage(self.pool.capacity, ALIGNMENT)
         # where offloaded tensors wait for backward (memory/host.py): bytes reserved on first use
-        self.host = HostMemory(self._host_pool_bytes(), self._make_host_storage, name)
+        self.host = HostMemory(_host_pool_bytes(self), self._make_host_storage, name)
         self.graph_arena = SharedArena(self.pool)  # where compiled steps plan intermediates
         self.offload_stats = {}  # the last offloading step's figures (graph/engine.py)
         self.name = name
@@ -371,3 +372,16 @@ class Device(Switches, SingaMethods):
 
     def __repr__(self):
         return f"<Device {self.name}:{self.number} pool={format_bytes(self.pool.capacity)}>"
+
+
+def _host_pool_bytes(device):
+    """The host pool's size: NNMEM_HOST_POOL_BYTES when set (a GPU's host pool is pinned memory,
+    all of it reserved at the first offload: a smaller one pins less, sooner), else the
+    device's own choice."""
+    value = os.environ.get("NNMEM_HOST_POOL_BYTES")
+    if not value:
+        return device._host_pool_bytes()
+    try:
+        return parse_bytes(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"the environment variable NNMEM_HOST_POOL_BYTES: {e}") from None

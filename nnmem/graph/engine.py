@@ -334,7 +334,9 @@ def offload_figures(synchronous, transfers, waits):
         "offload.bytes_to_device": back,
         "offload.transfer_seconds": transfer,
         "offload.stall_seconds": stall,
-        "offload.overlap": 1.0 - stall / transfer if transfer > 0 else 1.0,
+        # a stall may outlast the copies' own time (a copy also waits behind the ones queued
+        # before it on the copy stream): then nothing was hidden, 0
+        "offload.overlap": max(0.0, 1.0 - stall / transfer) if transfer > 0 else 1.0,
     }
 
 
