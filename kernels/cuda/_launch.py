@@ -12,12 +12,20 @@ is what catches a kernel that would not compile on a real GPU.
 
 The host functions never copy, synchronise or allocate: an array's shape, strides and dtype live
 on the host, so checking them costs no device access; a launch only queues work on a stream.
+
+float16 is a storage dtype: every kernel takes float16, float32 or float64 arrays. A float16
+kernel reads half-precision values, widens each to float32 as it is loaded (``widen``), does all
+its arithmetic and accumulation in float32 (``acc_zero``), or in float64 where the float32
+kernel does, and rounds once, when it stores. So a float16 kernel computes what its float32
+twin computes on the widened values, and float32 and float64 kernels are left exactly as they
+were: both helpers are the identity for them.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
-from numba import cuda
+from numba import cuda, float32, types
+from numba.cuda.extending import overload
 
 from ._cache import attach_cache
 
@@ -32,6 +40,8 @@ __all__ = [
     "kernel",
     "device_function",
     "unravel4",
+    "widen",
+    "acc_zero",
     "each_float",
     "blocks",
     "launch_1d",
@@ -52,14 +62,14 @@ REDUCE_THREADS = 128
 #: one per class): one warp.
 ROW_THREADS = 32
 
-# Type templates for the signatures below: {T} becomes float32 or float64. "::1" marks the
+# Type templates for the signatures below: {T} becomes float16, float32 or float64. "::1" marks the
 # contiguous last axis: the host functions only accept C-contiguous arrays, which Numba types
 # with layout "C", so these are the types every launch has.
 A1 = "{T}[::1]"
 A2 = "{T}[:, ::1]"
 A3 = "{T}[:, :, ::1]"
 A4 = "{T}[:, :, :, ::1]"
-FLOATS = ("float32", "float64")
+FLOATS = ("float16", "float32", "float64")
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,7 @@ DEVICE_FUNCTIONS = {}
 
 
 def each_float(template):
-    """The template's signature once with {T} = float32 and once with {T} = float64."""
+    """The template's signature once for each float dtype: {T} = float16, float32, float64."""
     return tuple(template.format(T=t) for t in FLOATS)
 
 
@@ -137,11 +147,13 @@ def check_device(name, ndim=None, **arrays):
 
 
 def float_dtype(name, **arrays):
-    """The common dtype of the arrays, which must be float32 or float64 (TypeError otherwise)."""
+    """The common dtype of the arrays, float16, float32 or float64 (TypeError otherwise)."""
     labels = list(arrays)
     dtype = arrays[labels[0]].dtype
-    if dtype not in (np.float32, np.float64):
-        raise TypeError(f"{name}: {labels[0]} has dtype {dtype}; the kernels take float32/float64")
+    if dtype not in (np.float16, np.float32, np.float64):
+        raise TypeError(
+            f"{name}: {labels[0]} has dtype {dtype}; the kernels take float16/float32/float64"
+        )
     check_dtype(name, dtype, **arrays)
     return dtype
 
@@ -162,3 +174,32 @@ def unravel4(t, d1, d2, d3):
     c = (t // d3) % d2
     b = (t // (d3 * d2)) % d1
     return t // (d3 * d2 * d1), b, c, d
+
+
+def widen(x):
+    """x as a float32 if it is a float16 (a value loaded from float16 storage), else x itself.
+
+    This body is what the CUDA simulator runs (kernels run as Python there, loads giving NumPy
+    scalars); on the GPU the overload below is compiled instead."""
+    return np.float32(x) if isinstance(x, np.float16) else x
+
+
+@overload(widen, target="cuda")
+def _widen_on_gpu(x):
+    if x == types.float16:
+        return lambda x: float32(x)  # cvt.f32.f16: exact, every float16 is a float32
+    return lambda x: x
+
+
+def acc_zero(a):
+    """The zero to start a sum over a's elements from: float32 for a float16 array (sums of
+    float16 values are taken in float32), a's own dtype otherwise. Simulator body, as widen's."""
+    return np.float32(0) if a.dtype == np.float16 else a.dtype.type(0)
+
+
+@overload(acc_zero, target="cuda")
+def _acc_zero_on_gpu(a):
+    if a.dtype == types.float16:
+        return lambda a: float32(0)
+    zero_of = a.dtype
+    return lambda a: zero_of(0)

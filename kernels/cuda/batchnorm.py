@@ -14,11 +14,12 @@ in shared memory (reduce.block_sum). The same block then writes y / dx for its c
 passes over x (mean, then the squared deviations) as on the CPU: no catastrophic cancellation.
 The inference and apply kernels need no sums: one thread per element.
 
-Dtypes: x, y, dy, dx, gamma, beta, dgamma, dbeta and the running statistics share one float
-dtype; saved_mean and saved_invstd are float64 (the precision they are computed in, so that
-forward_apply rebuilds forward_train's y bit for bit: both kernels compute y with the same
-device function). No kernel allocates or needs a workspace; sums are deterministic (fixed split
-and tree), and differ from the CPU's serial sums in the last bits.
+Dtypes: x, y, dy, dx, gamma, beta, dgamma, dbeta and the running statistics share one float dtype;
+saved_mean and saved_invstd are float64 (the precision they are computed in, so that forward_apply
+rebuilds forward_train's y bit for bit: both kernels compute y with the same device function).
+float16 arrays are widened as they are read: the arithmetic is the float32 kernels' (float64 sums
+and statistics), rounded once per element stored. No kernel allocates or needs a workspace; sums are
+deterministic (fixed split and tree), and differ from the CPU's serial sums in the last bits.
 """
 
 import math
@@ -37,6 +38,7 @@ from ._launch import (
     float_dtype,
     kernel,
     launch_1d,
+    widen,
 )
 from .reduce import block_sum
 
@@ -63,26 +65,26 @@ def _forward_train_kernel(
     s = 0.0
     for b in range(n):
         for k in range(t, hw, REDUCE_THREADS):
-            s += x[b, c, k]
+            s += widen(x[b, c, k])
     mean = block_sum(buf, s) / m
     sq = 0.0
     for b in range(n):
         for k in range(t, hw, REDUCE_THREADS):
-            d = x[b, c, k] - mean
+            d = widen(x[b, c, k]) - mean
             sq += d * d
     var = block_sum(buf, sq) / m
     invstd = 1.0 / math.sqrt(var + eps)
-    scale = np.float64(gamma[c]) * invstd  # float64, spelled out: see _forward_apply_kernel
-    shift = beta[c]
+    scale = np.float64(widen(gamma[c])) * invstd  # float64, spelled out: see _forward_apply_kernel
+    shift = widen(beta[c])
     for b in range(n):
         for k in range(t, hw, REDUCE_THREADS):
-            y[b, c, k] = _normalise(x[b, c, k], mean, scale, shift)
+            y[b, c, k] = _normalise(widen(x[b, c, k]), mean, scale, shift)
     if t == 0:
         saved_mean[c] = mean
         saved_invstd[c] = invstd
         unbiased = var * m / (m - 1) if m > 1 else var
-        running_mean[c] = momentum * running_mean[c] + (1.0 - momentum) * mean
-        running_var[c] = momentum * running_var[c] + (1.0 - momentum) * unbiased
+        running_mean[c] = momentum * widen(running_mean[c]) + (1.0 - momentum) * mean
+        running_var[c] = momentum * widen(running_var[c]) + (1.0 - momentum) * unbiased
 
 
 @kernel(*each_float(f"void({A3}, {A3}, {A1}, {A1}, {_F64}, {_F64})"))
@@ -97,8 +99,8 @@ def _forward_apply_kernel(y, x, gamma, beta, saved_mean, saved_invstd):
         k = i % hw
         # gamma*invstd in float64 exactly as the training forward computes it (spelled out, as
         # the simulator follows NumPy's rules, where float32 * Python float stays float32)
-        scale = np.float64(gamma[c]) * saved_invstd[c]
-        y[b, c, k] = _normalise(x[b, c, k], saved_mean[c], scale, beta[c])
+        scale = np.float64(widen(gamma[c])) * saved_invstd[c]
+        y[b, c, k] = _normalise(widen(x[b, c, k]), saved_mean[c], scale, widen(beta[c]))
 
 
 @kernel(*each_float(f"void({A3}, {A3}, {A1}, {A1}, {A1}, {A1}, float64)"))
@@ -111,8 +113,8 @@ def _forward_infer_kernel(y, x, gamma, beta, running_mean, running_var, eps):
         b = plane // nc
         c = plane % nc
         k = i % hw
-        scale = gamma[c] / math.sqrt(running_var[c] + eps)
-        y[b, c, k] = (x[b, c, k] - running_mean[c]) * scale + beta[c]
+        scale = widen(gamma[c]) / math.sqrt(widen(running_var[c]) + eps)
+        y[b, c, k] = (widen(x[b, c, k]) - widen(running_mean[c])) * scale + widen(beta[c])
 
 
 @kernel(*each_float(f"void({A3}, {A1}, {A1}, {A3}, {A3}, {A1}, {_F64}, {_F64})"))
@@ -129,16 +131,16 @@ def _backward_kernel(dx, dgamma, dbeta, dy, x, gamma, saved_mean, saved_invstd):
     sdyx = 0.0
     for b in range(n):
         for k in range(t, hw, REDUCE_THREADS):
-            g = dy[b, c, k]
+            g = widen(dy[b, c, k])
             sdy += g
-            sdyx += g * ((x[b, c, k] - mean) * invstd)
+            sdyx += g * ((widen(x[b, c, k]) - mean) * invstd)
     sdy = block_sum(buf, sdy)
     sdyx = block_sum(buf, sdyx)
-    coef = gamma[c] * invstd / m
+    coef = widen(gamma[c]) * invstd / m
     for b in range(n):
         for k in range(t, hw, REDUCE_THREADS):
-            xhat = (x[b, c, k] - mean) * invstd
-            dx[b, c, k] = coef * (m * dy[b, c, k] - sdy - xhat * sdyx)
+            xhat = (widen(x[b, c, k]) - mean) * invstd
+            dx[b, c, k] = coef * (m * widen(dy[b, c, k]) - sdy - xhat * sdyx)
     if t == 0:
         dbeta[c] = sdy
         dgamma[c] = sdyx

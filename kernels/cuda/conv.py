@@ -33,6 +33,11 @@ B * (K + O) * L elements (conv2d_gemm_workspace_per_sample each): cols at the st
 (O, B*L) buffer after it; a smaller one is refused. The backward-filter pass adds each later
 group's product into dw in place (the GEMM's ``accumulate``), in group order on one stream:
 deterministic.
+
+float16 arrays: every product and sum is taken in float32 (float64 where the float32 kernel
+sums in float64) and rounded once, into the element written. The GEMM algorithm's workspace
+holds x's dtype, so a float16 pass also rounds where it stores cols, the transposed buffer and
+each group's dw: it agrees with the direct kernels to a few float16 ulps, not bit for bit.
 """
 
 from numba import cuda
@@ -43,12 +48,14 @@ from ._launch import (
     A2,
     A3,
     A4,
+    acc_zero,
     check_device,
     each_float,
     float_dtype,
     kernel,
     launch_1d,
     unravel4,
+    widen,
 )
 from .elementwise import fill
 from .gemm import gemm
@@ -94,7 +101,7 @@ def _forward_direct_kernel(y, x, w, sh, sw, ph, pw, groups, dil_h, dil_w):
     _, _, h, wd = x.shape
     _, cg, kh, kw = w.shape
     first = (oc // (o // groups)) * cg
-    acc = y.dtype.type(0)
+    acc = acc_zero(y)
     for cl in range(cg):
         ci = first + cl
         for p in range(kh):
@@ -104,7 +111,7 @@ def _forward_direct_kernel(y, x, w, sh, sw, ph, pw, groups, dil_h, dil_w):
             for q in range(kw):
                 v = j * sw + q * dil_w - pw
                 if 0 <= v < wd:
-                    acc += w[oc, cl, p, q] * x[b, ci, u, v]
+                    acc += widen(w[oc, cl, p, q]) * widen(x[b, ci, u, v])
     y[b, oc, i, j] = acc
 
 
@@ -122,7 +129,7 @@ def _backward_data_direct_kernel(dx, dy, w, sh, sw, ph, pw, groups, dil_h, dil_w
     g = ci // cg
     cl = ci - g * cg
     oh, ow = dy.shape[2], dy.shape[3]
-    acc = dx.dtype.type(0)
+    acc = acc_zero(dx)
     for oc in range(g * og, (g + 1) * og):
         for p in range(kh):
             ii = u + ph - p * dil_h  # = i * sh for the output row i whose window row p is u
@@ -132,7 +139,7 @@ def _backward_data_direct_kernel(dx, dy, w, sh, sw, ph, pw, groups, dil_h, dil_w
             for q in range(kw):
                 jj = v + pw - q * dil_w
                 if jj >= 0 and jj % sw == 0 and jj // sw < ow:
-                    acc += w[oc, cl, p, q] * dy[b, oc, i, jj // sw]
+                    acc += widen(w[oc, cl, p, q]) * widen(dy[b, oc, i, jj // sw])
     dx[b, ci, u, v] = acc
 
 
@@ -157,7 +164,7 @@ def _backward_filter_direct_kernel(dw, dy, x, sh, sw, ph, pw, groups, dil_h, dil
             for j in range(ow):
                 v = j * sw + q * dil_w - pw
                 if 0 <= v < wd:
-                    s += dy[b, oc, i, j] * x[b, ci, u, v]
+                    s += widen(dy[b, oc, i, j]) * widen(x[b, ci, u, v])
     dw[oc, cl, p, q] = s
 
 
@@ -229,7 +236,7 @@ def _col2im_kernel(x, cols, kh, kw, sh, sw, ph, pw):
     b, ci, u, v = unravel4(t, c, h, wd)
     oh = (h + 2 * ph - kh) // sh + 1
     ow = (wd + 2 * pw - kw) // sw + 1
-    acc = x.dtype.type(0)
+    acc = acc_zero(x)
     for p in range(kh):
         ii = u + ph - p
         if ii < 0 or ii % sh != 0 or ii // sh >= oh:
@@ -237,7 +244,7 @@ def _col2im_kernel(x, cols, kh, kw, sh, sw, ph, pw):
         for q in range(kw):
             jj = v + pw - q
             if jj >= 0 and jj % sw == 0 and jj // sw < ow:
-                acc += cols[(ci * kh + p) * kw + q, (b * oh + ii // sh) * ow + jj // sw]
+                acc += widen(cols[(ci * kh + p) * kw + q, (b * oh + ii // sh) * ow + jj // sw])
     x[b, ci, u, v] = acc
 
 

@@ -7,7 +7,8 @@ safe in place (``out`` may be an input) and bit-identical on every call.
 
 Like kernels/cpu/elementwise.py the flat kernels take 1-D arrays (pass ``a.reshape(-1)``, a free
 view for a contiguous array); the bias kernels take the 2-D / 4-D arrays they add into. Scalars
-arrive as Python numbers and reach the kernels as float64 (or int64). Nothing is allocated,
+arrive as Python numbers and reach the kernels as float64 (or int64). float16 arrays are
+widened to float32 as they are loaded (``widen``): one rounding, at the store. Nothing is allocated,
 copied or synchronised: a host function checks shapes and queues its launch on `stream`.
 """
 
@@ -28,11 +29,12 @@ from ._launch import (
     float_dtype,
     kernel,
     launch_1d,
+    widen,
 )
 
 _UNARY = each_float(f"void({A1}, {A1})")
 _BINARY = each_float(f"void({A1}, {A1}, {A1})")
-_ANY_DTYPE = ("float32", "float64", "int32", "int64")  # fill and copy move any of these
+_ANY_DTYPE = ("float16", "float32", "float64", "int32", "int64")  # fill and copy move any of these
 
 
 def _flat(name, **labelled):
@@ -50,7 +52,7 @@ def _flat(name, **labelled):
 def _relu_forward_kernel(y, x):
     i = cuda.grid(1)
     if i < x.size:
-        v = x[i]
+        v = widen(x[i])
         y[i] = 0 if v < 0 else v
 
 
@@ -58,7 +60,7 @@ def _relu_forward_kernel(y, x):
 def _relu_backward_kernel(dx, dy, y):
     i = cuda.grid(1)
     if i < dy.size:
-        dx[i] = dy[i] if y[i] > 0 else 0
+        dx[i] = widen(dy[i]) if widen(y[i]) > 0 else 0
 
 
 @kernel(*_UNARY)
@@ -69,7 +71,7 @@ def _sigmoid_forward_kernel(y, x):
     y is 0 or 1 at the extremes, never NaN (a NaN in x gives NaN). In-place safe: y may be x."""
     i = cuda.grid(1)
     if i < x.size:
-        v = x[i]
+        v = widen(x[i])
         if v >= 0:  # exp of a non-positive number: never overflows
             y[i] = 1.0 / (1.0 + math.exp(-v))
         else:
@@ -81,8 +83,8 @@ def _sigmoid_forward_kernel(y, x):
 def _sigmoid_backward_kernel(dx, dy, y):
     i = cuda.grid(1)
     if i < dy.size:
-        s = y[i]
-        dx[i] = dy[i] * s * (1 - s)
+        s = widen(y[i])
+        dx[i] = widen(dy[i]) * s * (1 - s)
 
 
 def relu_forward(y, x, *, stream=0):
@@ -115,40 +117,39 @@ def sigmoid_backward(dx, dy, y, *, stream=0):
 def _add_kernel(out, a, b):
     i = cuda.grid(1)
     if i < out.size:
-        out[i] = a[i] + b[i]
+        out[i] = widen(a[i]) + widen(b[i])
 
 
 @kernel(*_BINARY)
 def _sub_kernel(out, a, b):
     i = cuda.grid(1)
     if i < out.size:
-        out[i] = a[i] - b[i]
+        out[i] = widen(a[i]) - widen(b[i])
 
 
 @kernel(*_BINARY)
 def _mul_kernel(out, a, b):
     i = cuda.grid(1)
     if i < out.size:
-        out[i] = a[i] * b[i]
+        out[i] = widen(a[i]) * widen(b[i])
 
 
 @kernel(*each_float(f"void({A1}, float64, {A1})"))
 def _axpy_kernel(y, alpha, x):
     i = cuda.grid(1)
     if i < y.size:
-        y[i] += alpha * x[i]
+        y[i] = widen(y[i]) + alpha * widen(x[i])
 
 
 @kernel(*each_float(f"void({A1}, float64)"))
 def _scale_kernel(y, alpha):
     i = cuda.grid(1)
     if i < y.size:
-        y[i] *= alpha
+        y[i] = widen(y[i]) * alpha
 
 
 @kernel(
-    "void(float32[::1], float64)",
-    "void(float64[::1], float64)",
+    *each_float(f"void({A1}, float64)"),
     "void(int32[::1], int64)",
     "void(int64[::1], int64)",
 )
@@ -233,7 +234,9 @@ def _dropout_mask_kernel(y, mask, state, x, ratio, keep, seed):
     if i < x.size:
         u = _counter_uniform(seed, np.uint64(state[0]), np.uint64(i))
         mask[i] = 0.0 if u < ratio else keep
-        y[i] = x[i] * mask[i]  # the stored (rounded) factor, as the backward pass will use
+        y[i] = widen(x[i]) * widen(
+            mask[i]
+        )  # the stored (rounded) factor, as the backward pass will use
 
 
 @kernel("void(int32[::1])", "void(int64[::1])")
@@ -291,7 +294,7 @@ def _add_bias_rows_kernel(y, b):
     i = cuda.grid(1)
     nrow, ncol = y.shape
     if i < nrow * ncol:
-        y[i // ncol, i % ncol] += b[i % ncol]
+        y[i // ncol, i % ncol] = widen(y[i // ncol, i % ncol]) + widen(b[i % ncol])
 
 
 @kernel(*each_float(f"void({A3}, {A1})"))
@@ -301,7 +304,8 @@ def _add_bias_nchw_kernel(y, b):
     n, c, hw = y.shape
     if i < n * c * hw:
         plane = i // hw
-        y[plane // c, plane % c, i % hw] += b[plane % c]
+        at = (plane // c, plane % c, i % hw)
+        y[at] = widen(y[at]) + widen(b[plane % c])
 
 
 def add_bias_rows(y, b, *, stream=0):

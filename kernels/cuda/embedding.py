@@ -4,13 +4,26 @@ Forward: one thread per element of y. Backward: one thread per feature column f,
 its column of dw and adds the rows of dy in id order: the CPU's order, no atomics, so it is
 deterministic and matches the CPU bit for bit. A GPU thread cannot raise: an id outside the
 table is skipped (its row gets no gradient, its lookup gives NaN), where the CPU raises.
+A float16 dw is summed in its own storage, as the CPU sums in its array: each addition is
+taken in float32 and rounded to float16, so an id seen k times is rounded k times (the CPU's
+float16 path rounds its float32 sum once).
 """
 
 import math
 
 from numba import cuda
 
-from ._launch import A1, A2, check_device, check_dtype, each_float, float_dtype, kernel, launch_1d
+from ._launch import (
+    A1,
+    A2,
+    check_device,
+    check_dtype,
+    each_float,
+    float_dtype,
+    kernel,
+    launch_1d,
+    widen,
+)
 
 _IDS = A1.format(T="int32")
 
@@ -35,7 +48,7 @@ def _backward_kernel(dw, dy, ids):
         for i in range(ids.size):
             r = ids[i]
             if 0 <= r < rows:
-                dw[r, c] += dy[i, c]
+                dw[r, c] = widen(dw[r, c]) + widen(dy[i, c])
 
 
 def _check(name, table, rows, ids):

@@ -48,6 +48,7 @@ from ._launch import (
     float_dtype,
     kernel,
     launch_1d,
+    widen,
 )
 from .batchnorm import _F64, _check_bn, _normalise, _planes
 from .reduce import _COLS, _ROW_SPLIT, block_sum
@@ -62,12 +63,12 @@ def _channel_statistics(buf, x, c, t):
     s = 0.0
     for b in range(n):
         for k in range(t, hw, REDUCE_THREADS):
-            s += x[b, c, k]
+            s += widen(x[b, c, k])
     mean = block_sum(buf, s) / m
     sq = 0.0
     for b in range(n):
         for k in range(t, hw, REDUCE_THREADS):
-            d = x[b, c, k] - mean
+            d = widen(x[b, c, k]) - mean
             sq += d * d
     return mean, block_sum(buf, sq) / m
 
@@ -83,9 +84,9 @@ def _rounded(like, v):
 @device_function
 def _bn_relu_element(z, x, r, b, c, k, mean, scale, shift, add_r):
     """z[b, c, k] = relu(y (+ r)), y = _normalise(x) rounded to z's dtype, as the chain stores y."""
-    v = _rounded(z, _normalise(x[b, c, k], mean, scale, shift))
+    v = _rounded(z, _normalise(widen(x[b, c, k]), mean, scale, shift))
     if add_r:
-        v = v + r[b, c, k]  # add's expression, in the arrays' dtype
+        v = v + widen(r[b, c, k])  # add's expression, in the arrays' dtype
     z[b, c, k] = 0 if v < 0 else v
 
 
@@ -93,8 +94,8 @@ def _bn_relu_element(z, x, r, b, c, k, mean, scale, shift, add_r):
 def _relu_grad(dz, z, b, c, k):
     """relu_backward's expression for one element: dz where z > 0, else 0. dz is read first,
     whatever z: a read inside the condition would wait for z's (two trips to memory, not one)."""
-    g = dz[b, c, k]
-    return g if z[b, c, k] > 0 else 0
+    g = widen(dz[b, c, k])
+    return g if widen(z[b, c, k]) > 0 else 0
 
 
 @kernel(
@@ -114,8 +115,8 @@ def _bn_relu_train_kernel(
     m = n * hw
     mean, var = _channel_statistics(buf, x, c, t)
     invstd = 1.0 / math.sqrt(var + eps)
-    scale = np.float64(gamma[c]) * invstd
-    shift = beta[c]
+    scale = np.float64(widen(gamma[c])) * invstd
+    shift = widen(beta[c])
     for b in range(n):
         for k in range(t, hw, REDUCE_THREADS):
             _bn_relu_element(z, x, r, b, c, k, mean, scale, shift, add_r)
@@ -123,8 +124,8 @@ def _bn_relu_train_kernel(
         saved_mean[c] = mean
         saved_invstd[c] = invstd
         unbiased = var * m / (m - 1) if m > 1 else var
-        running_mean[c] = momentum * running_mean[c] + (1.0 - momentum) * mean
-        running_var[c] = momentum * running_var[c] + (1.0 - momentum) * unbiased
+        running_mean[c] = momentum * widen(running_mean[c]) + (1.0 - momentum) * mean
+        running_var[c] = momentum * widen(running_var[c]) + (1.0 - momentum) * unbiased
 
 
 @kernel(*each_float(f"void({A3}, {A3}, {A1}, {A1}, {A3}, {_F64}, {_F64}, boolean)"))
@@ -135,8 +136,10 @@ def _bn_relu_apply_kernel(z, x, gamma, beta, r, saved_mean, saved_invstd, add_r)
     if i < n * nc * hw:
         plane = i // hw
         c = plane % nc
-        scale = np.float64(gamma[c]) * saved_invstd[c]
-        _bn_relu_element(z, x, r, plane // nc, c, i % hw, saved_mean[c], scale, beta[c], add_r)
+        scale = np.float64(widen(gamma[c])) * saved_invstd[c]
+        _bn_relu_element(
+            z, x, r, plane // nc, c, i % hw, saved_mean[c], scale, widen(beta[c]), add_r
+        )
 
 
 @kernel(
@@ -158,14 +161,14 @@ def _bn_relu_backward_kernel(
         for k in range(t, hw, REDUCE_THREADS):
             g = _relu_grad(dz, z, b, c, k)
             sdy += g
-            sdyx += g * ((x[b, c, k] - mean) * invstd)
+            sdyx += g * ((widen(x[b, c, k]) - mean) * invstd)
     sdy = block_sum(buf, sdy)
     sdyx = block_sum(buf, sdyx)
-    coef = gamma[c] * invstd / m
+    coef = widen(gamma[c]) * invstd / m
     for b in range(n):
         for k in range(t, hw, REDUCE_THREADS):
             g = _relu_grad(dz, z, b, c, k)
-            xhat = (x[b, c, k] - mean) * invstd
+            xhat = (widen(x[b, c, k]) - mean) * invstd
             dx[b, c, k] = coef * (m * g - sdy - xhat * sdyx)
             if keep_ds:
                 ds[b, c, k] = g
@@ -290,7 +293,7 @@ def _add_bias_relu_nchw_kernel(y, b):
     n, c, hw = y.shape
     if i < n * c * hw:
         plane = i // hw
-        v = y[plane // c, plane % c, i % hw] + b[plane % c]
+        v = widen(y[plane // c, plane % c, i % hw]) + widen(b[plane % c])
         y[plane // c, plane % c, i % hw] = 0 if v < 0 else v
 
 
@@ -300,7 +303,7 @@ def _add_bias_rows_relu_kernel(z, x, b):
     i = cuda.grid(1)
     nrow, ncol = x.shape
     if i < nrow * ncol:
-        v = x[i // ncol, i % ncol] + b[i % ncol]
+        v = widen(x[i // ncol, i % ncol]) + widen(b[i % ncol])
         z[i // ncol, i % ncol] = 0 if v < 0 else v
 
 
@@ -334,8 +337,8 @@ def _relu_backward_sum_rows_kernel(dy, db, dz, z):
     s = 0.0
     if f < ncol:
         for r in range(ty, nrow, _ROW_SPLIT):
-            d = dz[r, f]  # read whatever z, as _relu_grad reads
-            g = d if z[r, f] > 0 else 0
+            d = widen(dz[r, f])  # read whatever z, as _relu_grad reads
+            g = d if widen(z[r, f]) > 0 else 0
             dy[r, f] = g
             s += g
     buf[ty, tx] = s

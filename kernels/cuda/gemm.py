@@ -28,14 +28,25 @@ shares in a tree (reduce.block_sum): fixed order, so still bit-identical on ever
 
 Memory: writes out and allocates nothing; out must not overlap a or b (a thread may write its
 element of out while another block still reads that address as part of a or b). The sum is
-accumulated in out's dtype, each element in a fixed order: bit-identical on every call (it
+accumulated in out's dtype (float32 for a float16 out, whose tiles stay float16 in shared memory and
+are widened as they are multiplied), each element in a fixed order: bit-identical on every call (it
 differs from the CPU's BLAS in the last bits). With ``accumulate`` (used by the convolution's
 backward-filter pass) the product is added into out instead.
 """
 
 from numba import cuda, float64
 
-from ._launch import A2, REDUCE_THREADS, TILE, check_device, each_float, float_dtype, kernel
+from ._launch import (
+    A2,
+    REDUCE_THREADS,
+    TILE,
+    acc_zero,
+    check_device,
+    each_float,
+    float_dtype,
+    kernel,
+    widen,
+)
 from .elementwise import fill
 from .reduce import block_sum
 
@@ -61,8 +72,8 @@ def _gemm_kernel(out, a, b, trans_a, trans_b, accumulate):
     col0 = cuda.blockIdx.x * TILE
     m, n = out.shape
     k = b.shape[1] if trans_b else b.shape[0]
-    zero = out.dtype.type(0)
-    acc = zero
+    zero = out.dtype.type(0)  # the tiles' padding
+    acc = acc_zero(out)
     for k0 in range(0, k, TILE):
         # Padding: outside op(a) / op(b) the tiles hold zeros, which add nothing to the sums.
         if trans_a:  # op(a)[r, kk] = a[kk, r]: consecutive tx read consecutive r of row kk
@@ -83,13 +94,13 @@ def _gemm_kernel(out, a, b, trans_a, trans_b, accumulate):
             tb[ty, tx] = b[kk, c] if c < n and kk < k else zero
         cuda.syncthreads()  # the tiles are complete
         for j in range(TILE):
-            acc += ta[ty, j] * tb[j, tx]
+            acc += widen(ta[ty, j]) * widen(tb[j, tx])
         cuda.syncthreads()  # everyone is done with the tiles before the next step overwrites them
     r = row0 + ty
     c = col0 + tx
     if r < m and c < n:
         if accumulate:
-            out[r, c] += acc
+            out[r, c] = widen(out[r, c]) + acc
         else:
             out[r, c] = acc
 

@@ -14,7 +14,16 @@ import math
 
 from numba import cuda, float64
 
-from ._launch import A1, A2, REDUCE_THREADS, check_device, each_float, float_dtype, kernel
+from ._launch import (
+    A1,
+    A2,
+    REDUCE_THREADS,
+    check_device,
+    each_float,
+    float_dtype,
+    kernel,
+    widen,
+)
 from .reduce import block_sum
 
 # dscale: a block owns _COLS columns; its threads' y index splits the rows _ROW_SPLIT ways
@@ -31,15 +40,15 @@ def _forward_kernel(y, mean, rstd, x, scale, epsilon):
     n = x.shape[1]
     s = 0.0
     for j in range(t, n, REDUCE_THREADS):
-        s += x[r, j]
+        s += widen(x[r, j])
     mu = block_sum(buf, s) / n
     s = 0.0
     for j in range(t, n, REDUCE_THREADS):
-        d = x[r, j] - mu
+        d = widen(x[r, j]) - mu
         s += d * d
     inv = 1.0 / math.sqrt(block_sum(buf, s) / n + epsilon)
     for j in range(t, n, REDUCE_THREADS):
-        y[r, j] = (x[r, j] - mu) * inv * scale[j]
+        y[r, j] = (widen(x[r, j]) - mu) * inv * widen(scale[j])
     if t == 0:
         mean[r] = mu
         rstd[r] = inv
@@ -52,19 +61,19 @@ def _backward_data_kernel(dx, dy, x, mean, rstd, scale):
     r = cuda.blockIdx.x
     t = cuda.threadIdx.x
     n = x.shape[1]
-    mu = float64(mean[r])
-    inv = float64(rstd[r])
+    mu = float64(widen(mean[r]))
+    inv = float64(widen(rstd[r]))
     sum_g = 0.0
     sum_gx = 0.0
     for j in range(t, n, REDUCE_THREADS):
-        g = dy[r, j] * scale[j]
+        g = widen(dy[r, j]) * widen(scale[j])
         sum_g += g
-        sum_gx += g * (x[r, j] - mu) * inv
+        sum_gx += g * (widen(x[r, j]) - mu) * inv
     mean_g = block_sum(buf, sum_g) / n
     mean_gx = block_sum(buf, sum_gx) / n
     for j in range(t, n, REDUCE_THREADS):
-        xhat = (x[r, j] - mu) * inv
-        dx[r, j] = inv * (dy[r, j] * scale[j] - mean_g - xhat * mean_gx)
+        xhat = (widen(x[r, j]) - mu) * inv
+        dx[r, j] = inv * (widen(dy[r, j]) * widen(scale[j]) - mean_g - xhat * mean_gx)
 
 
 @kernel(*each_float(f"void({A1}, {A2}, {A2}, {A1}, {A1})"))
@@ -79,7 +88,7 @@ def _backward_scale_kernel(dscale, dy, x, mean, rstd):
     s = 0.0
     if j < n:
         for r in range(ty, rows, _ROW_SPLIT):
-            s += dy[r, j] * (x[r, j] - mean[r]) * rstd[r]
+            s += widen(dy[r, j]) * (widen(x[r, j]) - widen(mean[r])) * widen(rstd[r])
     buf[ty, tx] = s
     cuda.syncthreads()
     step = _ROW_SPLIT // 2

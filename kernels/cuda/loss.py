@@ -13,8 +13,8 @@ needs no second pass and no scratch memory. Deterministic: a fixed split and a f
 The backward kernels are elementwise (one thread per element of dx), except the one-hot one,
 which gives a warp to each row to sum its targets first.
 
-Targets take every form the CPU kernels take: class ids (int32 or int64), and one-hot or soft
-rows (N, C) of int32, int64, float32 or float64, whatever the logits' float type: SINGA's Model
+Targets take every form the CPU kernels take: class ids (int32 or int64), and one-hot or soft rows
+(N, C) of int32, int64, float16, float32 or float64, whatever the logits' float type: SINGA's Model
 documentation fills an int32 tensor with one-hot rows. Both backends compute with each target
 promoted to float64, so the same labels in any of these dtypes give the same numbers.
 
@@ -29,7 +29,6 @@ import math
 
 from numba import cuda, float64
 
-from ..cpu import loss as cpu_loss
 from ._launch import (
     A1,
     A2,
@@ -41,22 +40,40 @@ from ._launch import (
     float_dtype,
     kernel,
     launch_1d,
+    widen,
 )
 from .reduce import block_sum
 
 _LABELS = ("int32[::1]", "int64[::1]")  # class ids
-_TARGET_DTYPES = ("int32", "int64", "float32", "float64")  # one-hot or soft rows
+_TARGET_DTYPES = ("int32", "int64", "float16", "float32", "float64")  # one-hot or soft rows
 _TARGETS = tuple(f"{dtype}[:, ::1]" for dtype in _TARGET_DTYPES)
 
 
 def _with_labels(template, labels=_LABELS):
-    """The template's signature for float32/float64 arrays and each of `labels` for {L}."""
+    """The template's signature for each float dtype of the arrays and each of `labels` for {L}."""
     return tuple(s for lab in labels for s in each_float(template.replace("{L}", lab)))
 
 
-# prob[r] = softmax(x[r]), returning (row max, log of sum exp(x[r] - max)), for one thread: the
-# CPU kernels' own source (kernels/cpu/loss.py), compiled for the GPU, as counter_rng is.
-_softmax_row = device_function(cpu_loss._softmax_row)
+@device_function
+def _softmax_row(prob, x, r):
+    """prob[r] = softmax(x[r]); returns (row max, log of sum exp(x[r] - max)), for one thread.
+
+    kernels/cpu/loss.py's _softmax_row with each x widened as it is read (the identity for
+    float32 and float64: their arithmetic is the CPU source's). The CPU source cannot serve a
+    float16 x: its max would stay float16, and x - max and exp would run in half precision."""
+    c = x.shape[1]
+    mx = widen(x[r, 0])
+    for k in range(1, c):
+        if widen(x[r, k]) > mx:
+            mx = widen(x[r, k])
+    s = 0.0
+    for k in range(c):
+        e = math.exp(widen(x[r, k]) - mx)
+        prob[r, k] = e
+        s += e
+    for k in range(c):
+        prob[r, k] = widen(prob[r, k]) / s
+    return mx, math.log(s)
 
 
 @kernel(*_with_labels(f"void({A1}, {A2}, {A2}, {{L}})"))
@@ -70,7 +87,7 @@ def _sce_forward_kernel(loss, prob, x, labels):
         mx, lse = _softmax_row(prob, x, r)
         lab = labels[r]
         if 0 <= lab < c:
-            total += lse - (x[r, lab] - mx)
+            total += lse - (widen(x[r, lab]) - mx)
         else:
             total += math.nan  # a bad label: the loss is NaN
     total = block_sum(buf, total)
@@ -87,12 +104,12 @@ def _sce_backward_kernel(dx, dloss, prob, labels):
         r = i // c
         k = i % c
         lab = labels[r]
-        g = dloss[0] / n
+        g = widen(dloss[0]) / n
         if lab < 0 or lab >= c:
             dx[r, k] = math.nan
         else:
             onehot = 1.0 if k == lab else 0.0
-            dx[r, k] = (prob[r, k] - onehot) * g
+            dx[r, k] = (widen(prob[r, k]) - onehot) * g
 
 
 @kernel(*_with_labels(f"void({A1}, {A2}, {A2}, {{L}})", _TARGETS))
@@ -105,9 +122,9 @@ def _sce_forward_onehot_kernel(loss, prob, x, t):
     for r in range(j, n, REDUCE_THREADS):
         mx, lse = _softmax_row(prob, x, r)
         for k in range(c):
-            tk = t[r, k]
+            tk = widen(t[r, k])
             if tk != 0:
-                total -= tk * ((x[r, k] - mx) - lse)
+                total -= tk * ((widen(x[r, k]) - mx) - lse)
     total = block_sum(buf, total)
     if j == 0:
         loss[0] = total / n
@@ -123,11 +140,11 @@ def _sce_backward_onehot_kernel(dx, dloss, prob, t):
     n, c = prob.shape
     s = 0.0
     for k in range(lane, c, ROW_THREADS):
-        s += t[r, k]
+        s += widen(t[r, k])
     st = block_sum(buf, s)
-    g = dloss[0] / n
+    g = widen(dloss[0]) / n
     for k in range(lane, c, ROW_THREADS):
-        dx[r, k] = (prob[r, k] * st - t[r, k]) * g
+        dx[r, k] = (widen(prob[r, k]) * st - widen(t[r, k])) * g
 
 
 @kernel(*each_float(f"void({A1}, {A1}, {A1}, {A1}, int64)"))
@@ -138,7 +155,7 @@ def _mse_forward_kernel(loss, err, x, t, n):
     j = cuda.threadIdx.x
     total = 0.0
     for i in range(j, x.size, REDUCE_THREADS):
-        d = x[i] - t[i]
+        d = widen(x[i]) - widen(t[i])
         err[i] = d
         total += d * d
     total = block_sum(buf, total)
@@ -151,7 +168,7 @@ def _mse_backward_kernel(dx, dloss, err, n):
     """Thread i: dx[i] = err[i] * dloss[0] / N (flat arrays)."""
     i = cuda.grid(1)
     if i < err.size:
-        dx[i] = err[i] * (dloss[0] / n)
+        dx[i] = widen(err[i]) * (widen(dloss[0]) / n)
 
 
 def _check_loss(name, loss, **arrays):

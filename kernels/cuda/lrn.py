@@ -18,14 +18,24 @@ Thread mapping: one thread per element. The arrays are viewed as (N, C, H*W) (fr
 thread i handles element (b, c, s) = i in that order, so consecutive threads take consecutive
 pixels s of one channel plane and every read of a neighbouring channel c' (at the same pixels)
 is coalesced too. Each window sum is taken directly in a fixed channel order with a float64
-accumulator (no running sum): deterministic. Nothing is allocated.
+accumulator (no running sum): deterministic. Nothing is allocated. float16 values are widened to
+float32 as they are read (a rounded scale too), so the arithmetic is the float32 kernel's.
 """
 
 import math
 
 from numba import cuda
 
-from ._launch import A3, check_device, device_function, each_float, float_dtype, kernel, launch_1d
+from ._launch import (
+    A3,
+    check_device,
+    device_function,
+    each_float,
+    float_dtype,
+    kernel,
+    launch_1d,
+    widen,
+)
 
 
 @device_function
@@ -34,7 +44,7 @@ def _window_scale(x, b, ci, s, size, before, alpha, k):
     channel order). Both kernels call it, so the backward's sums are the forward's, bit for bit."""
     total = 0.0
     for cc in range(max(ci - before, 0), min(ci - before + size, x.shape[1])):
-        a = x[b, cc, s]
+        a = widen(x[b, cc, s])
         total += a * a
     return k + alpha / size * total
 
@@ -50,7 +60,7 @@ def _lrn_forward_kernel(y, x, size, alpha, beta, k, before):
     ci = (i // hw) % c
     b = i // (hw * c)
     d = _window_scale(x, b, ci, s, size, before, alpha, k)
-    y[b, ci, s] = x[b, ci, s] * math.pow(d, -beta)
+    y[b, ci, s] = widen(x[b, ci, s]) * math.pow(d, -beta)
 
 
 @kernel(*each_float(f"void({A3}, {A3}, {A3}, {A3}, int64, float64, float64, float64, int64)"))
@@ -67,11 +77,11 @@ def _lrn_backward_kernel(dx, dy, x, y, size, alpha, beta, k, before):
     total = 0.0
     # window(c') contains c for c' in c + before - size + 1 .. c + before
     for cc in range(max(ci + before - size + 1, 0), min(ci + before + 1, c)):
-        d = rounded(_window_scale(x, b, cc, s, size, before, alpha, k))
-        total += dy[b, cc, s] * y[b, cc, s] / d
+        d = widen(rounded(_window_scale(x, b, cc, s, size, before, alpha, k)))
+        total += widen(dy[b, cc, s]) * widen(y[b, cc, s]) / d
     coef = 2.0 * alpha * beta / size
-    d = rounded(_window_scale(x, b, ci, s, size, before, alpha, k))
-    dx[b, ci, s] = dy[b, ci, s] * math.pow(d, -beta) - coef * x[b, ci, s] * total
+    d = widen(rounded(_window_scale(x, b, ci, s, size, before, alpha, k)))
+    dx[b, ci, s] = widen(dy[b, ci, s]) * math.pow(d, -beta) - coef * widen(x[b, ci, s]) * total
 
 
 def _planes(name, size, before, **arrays):

@@ -1,10 +1,12 @@
 """Optimiser parameter updates over flat arrays (the caller passes ``p.reshape(-1)``).
 
-One thread per element: element i of the parameter is updated from element i of the gradient
-and of the state buffers only, so the kernels are bit-identical on every call and coalesced.
-Updates happen in place; ``grad`` is only read. No kernel allocates or needs a workspace beyond
-the optimiser state (``buf`` for SGD momentum, ``m`` and ``v`` for Adam, ``avg`` for RMSProp,
-``hist`` for AdaGrad), which the caller owns and zeroes before the first step.
+One thread per element: element i of the parameter is updated from element i of the gradient and of
+the state buffers only, so the kernels are bit-identical on every call and coalesced. Updates happen
+in place; ``grad`` is only read. No kernel allocates or needs a workspace beyond the optimiser state
+(``buf`` for SGD momentum, ``m`` and ``v`` for Adam, ``avg`` for RMSProp, ``hist`` for AdaGrad),
+which the caller owns and zeroes before the first step. float16 parameters, gradients and state are
+widened as they are read; the update is computed in float64 (the hyperparameters' precision), as for
+float32, and rounded once into each element stored.
 
 The step number lives on the device (``steps``, int32, 1 element: the steps already finished),
 and the kernels read it there: a replayed graph runs with no host in the loop, so the host can
@@ -25,7 +27,16 @@ import math
 
 from numba import cuda
 
-from ._launch import A1, check_device, device_function, each_float, float_dtype, kernel, launch_1d
+from ._launch import (
+    A1,
+    check_device,
+    device_function,
+    each_float,
+    float_dtype,
+    kernel,
+    launch_1d,
+    widen,
+)
 
 #: A hyperparameter as the kernels take it: (init, rate, period, staircase).
 _SCHEDULE = "Tuple((float64, float64, float64, boolean))"
@@ -82,16 +93,16 @@ def _sgd_kernel(param, grad, buf, lr, momentum, dampening, weight_decay, nestero
     if i < param.size:
         s = 0 if steps is None else steps[0]
         wd = _at_step(weight_decay, s)
-        g = grad[i] + wd * param[i]
+        g = widen(grad[i]) + wd * widen(param[i])
         if momentum[0] != 0:
             mom = _at_step(momentum, s)
-            bi = mom * buf[i] + (1.0 - _at_step(dampening, s)) * g
+            bi = mom * widen(buf[i]) + (1.0 - _at_step(dampening, s)) * g
             buf[i] = bi
             if nesterov:
                 g = g + mom * bi
             else:
                 g = bi
-        param[i] -= _at_step(lr, s) * g
+        param[i] = widen(param[i]) - _at_step(lr, s) * g
 
 
 _HYPER5 = ", ".join([_SCHEDULE] * 5)  # lr, beta1, beta2, eps, weight_decay
@@ -106,12 +117,14 @@ def _adam_kernel(param, grad, m, v, steps, lr, beta1, beta2, eps, weight_decay):
         b1, b2 = _at_step(beta1, s), _at_step(beta2, s)
         c1 = 1.0 - b1 ** (s + 1)
         c2 = 1.0 - b2 ** (s + 1)
-        g = grad[i] + _at_step(weight_decay, s) * param[i]
-        mi = b1 * m[i] + (1.0 - b1) * g
-        vi = b2 * v[i] + (1.0 - b2) * g * g
+        g = widen(grad[i]) + _at_step(weight_decay, s) * widen(param[i])
+        mi = b1 * widen(m[i]) + (1.0 - b1) * g
+        vi = b2 * widen(v[i]) + (1.0 - b2) * g * g
         m[i] = mi
         v[i] = vi
-        param[i] -= _at_step(lr, s) * (mi / c1) / (math.sqrt(vi / c2) + _at_step(eps, s))
+        param[i] = widen(param[i]) - _at_step(lr, s) * (mi / c1) / (
+            math.sqrt(vi / c2) + _at_step(eps, s)
+        )
 
 
 _HYPER4 = ", ".join([_SCHEDULE] * 4)  # lr, rho, eps, weight_decay
@@ -124,10 +137,10 @@ def _rmsprop_kernel(param, grad, avg, steps, lr, rho, eps, weight_decay):
     if i < param.size:
         s = steps[0]
         rho_s = _at_step(rho, s)
-        g = grad[i] + _at_step(weight_decay, s) * param[i]
-        ai = rho_s * avg[i] + (1.0 - rho_s) * g * g
+        g = widen(grad[i]) + _at_step(weight_decay, s) * widen(param[i])
+        ai = rho_s * widen(avg[i]) + (1.0 - rho_s) * g * g
         avg[i] = ai
-        param[i] -= _at_step(lr, s) * g / math.sqrt(ai + _at_step(eps, s))
+        param[i] = widen(param[i]) - _at_step(lr, s) * g / math.sqrt(ai + _at_step(eps, s))
 
 
 _HYPER3 = ", ".join([_SCHEDULE] * 3)  # lr, eps, weight_decay
@@ -139,10 +152,10 @@ def _adagrad_kernel(param, grad, hist, steps, lr, eps, weight_decay):
     i = cuda.grid(1)
     if i < param.size:
         s = steps[0]
-        g = grad[i] + _at_step(weight_decay, s) * param[i]
-        hi = hist[i] + g * g
+        g = widen(grad[i]) + _at_step(weight_decay, s) * widen(param[i])
+        hi = widen(hist[i]) + g * g
         hist[i] = hi
-        param[i] -= _at_step(lr, s) * g / math.sqrt(hi + _at_step(eps, s))
+        param[i] = widen(param[i]) - _at_step(lr, s) * g / math.sqrt(hi + _at_step(eps, s))
 
 
 def _schedules(name, **hyper):

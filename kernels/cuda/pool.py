@@ -17,13 +17,24 @@ A scatter (one thread per element of dy adding into dx at argmax) would need ato
 windows overlap, and atomics add in whatever order the threads arrive: the last bit of dx
 would vary from run to run, and a replayed graph would not repeat its eager numbers. The
 gather adds in row-major window order, the CPU's, so both give the same bits.
-None allocates or needs a workspace.
+None allocates or needs a workspace. float16 values are widened to float32 as they are read:
+sums run in float32 (float64 where the float32 kernels' do), rounded once when stored.
 """
 
 from numba import cuda
 
 from ..sizes import window_output_size
-from ._launch import A4, check_device, each_float, float_dtype, kernel, launch_1d, unravel4
+from ._launch import (
+    A4,
+    acc_zero,
+    check_device,
+    each_float,
+    float_dtype,
+    kernel,
+    launch_1d,
+    unravel4,
+    widen,
+)
 
 _WINDOW = "int64, int64, int64, int64, int64, int64"  # kh, kw, sh, sw, ph, pw
 _COUNTED = "int64, int64, int64, int64"  # top, bottom, left, right: where the taps are counted
@@ -73,11 +84,11 @@ def _maxpool_forward_kernel(y, argmax, x, kh, kw, sh, sw, ph, pw):
     u_hi = min(i * sh - ph + kh, h)
     v_lo = max(j * sw - pw, 0)
     v_hi = min(j * sw - pw + kw, w)
-    best = x[b, ci, u_lo, v_lo]
+    best = widen(x[b, ci, u_lo, v_lo])  # compared in float32: no half-precision calls
     best_idx = u_lo * w + v_lo
     for u in range(u_lo, u_hi):
         for v in range(v_lo, v_hi):
-            val = x[b, ci, u, v]
+            val = widen(x[b, ci, u, v])
             if val > best:  # strict: ties keep the first maximum
                 best = val
                 best_idx = u * w + v
@@ -98,7 +109,7 @@ def _maxpool_backward_kernel(dx, dy, argmax, kh, kw, sh, sw, ph, pw):
     b, ci, u, v = unravel4(t, c, h, w)
     oh, ow = dy.shape[2], dy.shape[3]
     me = u * w + v
-    s = dx.dtype.type(0)
+    s = acc_zero(dx)
     for p in range(kh - 1, -1, -1):
         ii = u + ph - p
         if ii < 0 or ii % sh != 0 or ii // sh >= oh:
@@ -107,7 +118,7 @@ def _maxpool_backward_kernel(dx, dy, argmax, kh, kw, sh, sw, ph, pw):
             jj = v + pw - q
             if jj >= 0 and jj % sw == 0 and jj // sw < ow:
                 if argmax[b, ci, ii // sh, jj // sw] == me:
-                    s += dy[b, ci, ii // sh, jj // sw]
+                    s += widen(dy[b, ci, ii // sh, jj // sw])
     dx[b, ci, u, v] = s
 
 
@@ -124,7 +135,7 @@ def _avgpool_forward_kernel(y, x, kh, kw, sh, sw, ph, pw, top, bottom, left, rig
     s = 0.0
     for u in range(max(i * sh - ph, 0), min(i * sh - ph + kh, h)):
         for v in range(max(j * sw - pw, 0), min(j * sw - pw + kw, w)):
-            s += x[b, ci, u, v]
+            s += widen(x[b, ci, u, v])
     u0 = i * sh - ph
     v0 = j * sw - pw
     rows = min(u0 + kh, bottom) - max(u0, top)
@@ -153,7 +164,7 @@ def _avgpool_backward_kernel(dx, dy, kh, kw, sh, sw, ph, pw, top, bottom, left, 
             jj = v + pw - q
             if jj >= 0 and jj % sw == 0 and jj // sw < ow:
                 cols = min(jj - pw + kw, right) - max(jj - pw, left)
-                s += dy[b, ci, ii // sh, jj // sw] * (1.0 / (rows * cols))
+                s += widen(dy[b, ci, ii // sh, jj // sw]) * (1.0 / (rows * cols))
     dx[b, ci, u, v] = s
 
 

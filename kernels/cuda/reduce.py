@@ -1,13 +1,16 @@
-"""Sum reductions used for bias gradients, and the block reduction the other modules share.
+"""Sum reductions used for bias gradients, the block reduction the other modules share, and
+the count of non-finite values that dynamic loss scaling checks gradients with.
 
-A GPU sum cannot be one loop: it is split over the threads of a block, each summing a strided
-share of the inputs into a float64 register, and the block then adds the per-thread partial
-sums in a tree in shared memory (``block_sum``). The split and the tree are fixed by the block
-size, never by scheduling, so every call gives bit-identical results (which differ from the
-CPU kernels' serial sums in the last bits). No atomics, no scratch memory in device memory:
-each output is owned by one block, which writes it once. No kernel allocates.
+A GPU sum cannot be one loop: it is split over the threads of a block, each summing a strided share
+of the inputs (float16 ones widened as they are read) into a float64 register, and the block then
+adds the per-thread partial sums in a tree in shared memory (``block_sum``). The split and the tree
+are fixed by the block size, never by scheduling, so every call gives bit-identical results (which
+differ from the CPU kernels' serial sums in the last bits). No atomics, no scratch memory in device
+memory: each output is owned by one block, which writes it once (but count_nonfinite: an integer
+count, the same whatever the order its atomic additions land in). No kernel allocates.
 """
 
+import numpy as np
 from numba import cuda, float64
 
 from ._launch import (
@@ -16,10 +19,13 @@ from ._launch import (
     A3,
     REDUCE_THREADS,
     check_device,
+    check_dtype,
     device_function,
     each_float,
     float_dtype,
     kernel,
+    launch_1d,
+    widen,
 )
 
 
@@ -63,7 +69,7 @@ def _sum_rows_kernel(out, x):
     s = 0.0
     if f < ncol:
         for r in range(ty, nrow, _ROW_SPLIT):
-            s += x[r, f]
+            s += widen(x[r, f])
     buf[ty, tx] = s
     cuda.syncthreads()
     step = _ROW_SPLIT // 2
@@ -87,7 +93,7 @@ def _bias_grad_kernel(db, dy):
     s = 0.0
     for b in range(n):
         for k in range(t, hw, REDUCE_THREADS):
-            s += dy[b, c, k]
+            s += widen(dy[b, c, k])
     total = block_sum(buf, s)
     if t == 0:
         db[c] = total
@@ -117,3 +123,24 @@ def bias_grad_nchw(db, dy, *, stream=0):
         raise ValueError("bias_grad_nchw: db must have shape (dy.shape[1],)")
     if c > 0:
         _bias_grad_kernel[c, REDUCE_THREADS, stream](db, dy.reshape(n, c, h * w))
+
+
+@kernel(*each_float(f"void(int32[::1], {A1})"))
+def _count_nonfinite_kernel(count, x):
+    """One thread per element: v - v is NaN for inf and NaN, 0 for every finite v."""
+    i = cuda.grid(1)
+    if i < x.size:
+        v = widen(x[i])
+        if v - v != 0:
+            cuda.atomic.add(count, 0, 1)
+
+
+def count_nonfinite(count, x, *, stream=0):
+    """count[0] += the number of inf and NaN values in x (1-D); count: int32, shape (1,).
+    Adds, so one zeroed counter sums the checks of every gradient of a step."""
+    check_device("count_nonfinite", ndim=1, count=count, x=x)
+    float_dtype("count_nonfinite", x=x)
+    check_dtype("count_nonfinite", np.int32, count=count)
+    if count.shape != (1,):
+        raise ValueError("count_nonfinite: count must have shape (1,)")
+    launch_1d(_count_nonfinite_kernel, x.size, stream, count, x)

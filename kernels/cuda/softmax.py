@@ -2,15 +2,52 @@
 kernels/cpu/softmax.py. One thread per line (o, i): threads with consecutive i read
 consecutive addresses when inner > 1; for the common inner == 1 (softmax over the last axis)
 each thread walks its own row, which suits the short rows of class scores and attention. The
-line's arithmetic is the CPU module's own (``_softmax_line``), compiled for the GPU."""
+line's arithmetic is the CPU module's (kernels/cpu/softmax.py's _softmax_line and
+_softmax_backward_line), written again with each value widened as it is read: the identity for
+float32 and float64, and float32 values for float16 arrays, whose products the CPU source would
+take in half precision."""
+
+import math
 
 from numba import cuda
 
-from ..cpu import softmax as cpu_softmax
-from ._launch import A3, check_device, device_function, each_float, float_dtype, kernel, launch_1d
+from ._launch import (
+    A3,
+    check_device,
+    device_function,
+    each_float,
+    float_dtype,
+    kernel,
+    launch_1d,
+    widen,
+)
 
-softmax_line = device_function(cpu_softmax._softmax_line)
-softmax_backward_line = device_function(cpu_softmax._softmax_backward_line)
+
+@device_function
+def softmax_line(y, x, o, i):
+    """y[o, :, i] = softmax(x[o, :, i]): one line, in float64."""
+    n = x.shape[1]
+    top = -math.inf
+    for k in range(n):
+        top = max(top, widen(x[o, k, i]))
+    s = 0.0
+    for k in range(n):
+        e = math.exp(widen(x[o, k, i]) - top)
+        y[o, k, i] = e
+        s += e
+    for k in range(n):
+        y[o, k, i] = widen(y[o, k, i]) / s
+
+
+@device_function
+def softmax_backward_line(dx, dy, y, o, i):
+    """dx[o, :, i] = y * (dy - sum(dy * y)) along one line."""
+    n = y.shape[1]
+    s = 0.0
+    for k in range(n):
+        s += widen(dy[o, k, i]) * widen(y[o, k, i])
+    for k in range(n):
+        dx[o, k, i] = widen(y[o, k, i]) * (widen(dy[o, k, i]) - s)
 
 
 @kernel(*each_float(f"void({A3}, {A3})"))

@@ -1,19 +1,28 @@
 """Strided kernels on the GPU: the twins of kernels/cpu/strided.py (read its docstring).
 
-One thread per output element, the index arithmetic compiled from the CPU module's own
-functions (``offset_of``, ``binary_op``), so both devices compute the same map. The scatter's
-map is one-to-one, so its threads never write the same element and need no atomics; a reduced
-element is summed by one thread in the CPU's order, in float64: every kernel here is
-deterministic, and matches the CPU to rounding (the CPU sums the same terms in the same order,
-so in practice bit for bit). Shapes and strides arrive as tuples of MAX_DIMS int64 (kernel
-arguments, copied with the launch: no device memory, no transfer).
+One thread per output element, the index arithmetic compiled from the CPU module's own functions
+(``offset_of``, ``binary_op``), so both devices compute the same map. The scatter's map is
+one-to-one, so its threads never write the same element and need no atomics; a reduced element is
+summed by one thread in the CPU's order, in float64: every kernel here is deterministic, and matches
+the CPU to rounding (the CPU sums the same terms in the same order, so in practice bit for bit).
+float16 values are widened to float32 as they are read. Shapes and strides arrive as tuples of
+MAX_DIMS int64 (kernel arguments, copied with the launch: no device memory, no transfer).
 """
 
 from numba import cuda
 
 from ..contract import MAX_DIMS
 from ..cpu import strided as cpu_strided
-from ._launch import A1, check_device, device_function, each_float, float_dtype, kernel, launch_1d
+from ._launch import (
+    A1,
+    check_device,
+    device_function,
+    each_float,
+    float_dtype,
+    kernel,
+    launch_1d,
+    widen,
+)
 
 _T = f"UniTuple(int64, {MAX_DIMS})"
 offset_of = device_function(cpu_strided._offset_of)
@@ -57,7 +66,7 @@ def _reduce_kernel(out, x, shape, strides, rshape, rstrides, n):
         base = offset_of(i, shape, strides)
         s = 0.0
         for r in range(n):
-            s += x[base + offset_of(r, rshape, rstrides)]
+            s += widen(x[base + offset_of(r, rshape, rstrides)])
         out[i] = s
 
 
@@ -65,8 +74,8 @@ def _reduce_kernel(out, x, shape, strides, rshape, rstrides, n):
 def _binary_kernel(out, a, b, shape, astrides, bstrides, code):
     i = cuda.grid(1)
     if i < out.size:
-        u = a[offset_of(i, shape, astrides)]
-        v = b[offset_of(i, shape, bstrides)]
+        u = widen(a[offset_of(i, shape, astrides)])
+        v = widen(b[offset_of(i, shape, bstrides)])
         out[i] = binary_op(u, v, code)
 
 

@@ -2,13 +2,24 @@
 
 One thread per element; each computes the CPU module's own ``_unary_value`` /
 ``_unary_gradient`` compiled for the GPU, so both devices evaluate the same expressions (the
-GPU's libdevice tanh, exp and log may differ from the CPU's libm in the last bit).
+GPU's libdevice tanh, exp and log may differ from the CPU's libm in the last bit). A float16
+value is widened to float32 before the call, so the function runs in float32 (not in Numba's
+half-precision intrinsics).
 """
 
 from numba import cuda
 
 from ..cpu import unary as cpu_unary
-from ._launch import A1, check_device, device_function, each_float, float_dtype, kernel, launch_1d
+from ._launch import (
+    A1,
+    check_device,
+    device_function,
+    each_float,
+    float_dtype,
+    kernel,
+    launch_1d,
+    widen,
+)
 
 unary_value = device_function(cpu_unary._unary_value)
 unary_gradient = device_function(cpu_unary._unary_gradient)
@@ -26,14 +37,14 @@ def _flat(name, **arrays):
 def _forward_kernel(y, x, code, a, b):
     i = cuda.grid(1)
     if i < x.size:
-        y[i] = unary_value(x[i], code, a, b)
+        y[i] = unary_value(widen(x[i]), code, a, b)
 
 
 @kernel(*each_float(f"void({A1}, {A1}, {A1}, {A1}, int64, float64, float64)"))
 def _backward_kernel(dx, dy, x, y, code, a, b):
     i = cuda.grid(1)
     if i < dy.size:
-        dx[i] = unary_gradient(dy[i], x[i], y[i], code, a, b)
+        dx[i] = unary_gradient(widen(dy[i]), widen(x[i]), widen(y[i]), code, a, b)
 
 
 def unary_forward(y, x, code, a, b, *, stream=0):

@@ -84,11 +84,16 @@ def test_kernel_compiles_to_ptx(compile_without_gpu, name, signature, cc):
     source = inspect.getsource(kernel.py_func)
     if "cuda.shared.array" in source:  # tiles / tree reductions: shared memory and barriers
         assert ".shared" in ptx and "bar.sync" in ptx
-    if "cuda.atomic.add" in source:  # an atomic add to global memory (atom or red)
-        assert re.search(r"\b(atom|red)\.global\.add\.f(32|64)", ptx)
-    if name.endswith("._gemm_kernel") and "float32" in signature:
-        # float32 GEMM accumulates in float32: no float64 instruction (a silent 2-64x slowdown)
+    if "cuda.atomic.add" in source:  # an atomic add to global memory (atom or red; float or int)
+        assert re.search(r"\b(atom|red)\.global\.add\.(f32|f64|u32|s32)", ptx)
+    if name.endswith("._gemm_kernel") and "float64" not in signature:
+        # float32 (and float16) GEMM accumulates in float32: no float64 instruction (a silent
+        # 2-64x slowdown)
         assert "fma.rn.f32" in ptx and ".f64" not in ptx
+    if "float16" in signature:
+        # float16 is storage only: values are widened as they are loaded, so no half-precision
+        # operator or function of cuda_fp16 (extern functions on __half) is ever called
+        assert "__half" not in ptx
 
 
 def _jit_decorated(tree):
