@@ -218,7 +218,10 @@ class TransferEngine:
     def measure(self):
         """The last step's figures, after finish(): seconds of transfer and stall, overlap,
         bytes each way (shown in memory_stats() as offload.*). The next step measures its own
-        waits."""
+        waits. finish() waited for the copy stream only: the waits' events are on the compute
+        stream, which may not have reached them yet (a GPU's events cannot be read before)."""
+        for _, _, after in self.waits:
+            after.synchronize()
         figures = offload_figures(self.synchronous, self.transfers, self.waits)
         self._stalls, self.waits = self.waits, []  # the last step's, for lanes()
         return figures

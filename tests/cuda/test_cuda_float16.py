@@ -258,7 +258,9 @@ def test_optimisers(rng):
     param, grad, buf = (_randn(rng, 257) for _ in range(3))
     state = np.abs(_randn(rng, 257))
     steps = np.array([3], np.int32)
-    half_twins("sgd_update", [param, grad, buf, 0.1, 0.9, 0.0, 1e-3, True], [0, 1, 2], ulps=1)
+    # steps as the optimizer passes them (a real GPU cannot take None for an array argument)
+    args = [param, grad, buf, 0.1, 0.9, 0.0, 1e-3, True, steps]
+    half_twins("sgd_update", args, [0, 1, 2], ulps=1)
     args = [param, grad, buf, state, steps, 1e-2, 0.9, 0.999, 1e-4, 1e-4]
     half_twins("adam_update", args, [0, 2, 3], ulps=1)
     args = [param, grad, state, steps, 1e-2, 0.9, 1e-4, 1e-3]
