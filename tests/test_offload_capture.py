@@ -7,6 +7,7 @@ the same numbers and the offload.* figures."""
 import pytest
 from training import assert_identical, batches, planned_step, train
 
+from nnmem import autograd
 from nnmem.devices.cpu import CpuDevice
 from nnmem.graph.engine import TransferEngine
 from nnmem.models import create_model
@@ -63,7 +64,9 @@ class FakeDevice:
 
 @pytest.fixture(scope="module")
 def planned():
-    return planned_step("resnet", SHAPE, {"depth": 8}, offload="all")
+    training = autograd.training  # compiling sets it; the per-test restore runs after this
+    yield planned_step("resnet", SHAPE, {"depth": 8}, offload="all")
+    autograd.training = training
 
 
 def built(step, **engine_options):

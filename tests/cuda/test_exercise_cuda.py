@@ -8,6 +8,7 @@ exercise_cuda tests/cuda``: tiny shapes, every simulated thread is a Python thre
 test needs neither, and skips on the simulator (run it without NUMBA_ENABLE_CUDASIM)."""
 
 import os
+import types
 
 import numpy as np
 import pytest
@@ -98,7 +99,7 @@ def test_the_sigmoid_operator_on_the_cuda_device():
     os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="the CUDA simulator has no compile_ptx"
 )
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_the_kernel_compiles_to_ptx_for_sm_80(dtype):
+def test_the_kernel_compiles_to_ptx_for_sm_80(dtype, monkeypatch):
     """The simulator runs the kernel as Python and checks no types: PTX is what a GPU runs.
     A kernel that compiles is not enough (an empty one does): it must load x and store y in
     global memory, in the array's own precision, and (float32) call the GPU's exponential."""
@@ -112,6 +113,11 @@ def test_the_kernel_compiles_to_ptx_for_sm_80(dtype):
         cuda.compile_ptx(lambda a: None, "void(float32[::1])", cc=(8, 0))
     except Exception as e:  # no NVVM: numba-cuda without its [cu13] extra
         pytest.skip(f"numba.cuda cannot compile PTX here ({type(e).__name__})")
+    if not cuda.is_available():  # the kernel calls device functions: see test_ptx.py's fixture
+        from numba.cuda import dispatcher
+
+        fake = types.SimpleNamespace(compute_capability=(8, 0))
+        monkeypatch.setattr(dispatcher, "get_current_device", lambda: fake)
     ptx, _ = cuda.compile_ptx(elementwise._sigmoid_forward_kernel.py_func, signature, cc=(8, 0))
     assert ".target sm_80" in ptx and ".entry" in ptx
     bits = "f32" if dtype == "float32" else "f64"

@@ -12,7 +12,7 @@ from cuda_testutil import needs_device
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
 from training import assert_identical, batches, train  # noqa: E402
 
-from nnmem import device, tensor  # noqa: E402
+from nnmem import autograd, device, tensor  # noqa: E402
 from nnmem.devices import cuda_graph  # noqa: E402
 from nnmem.memory.cache import TensorCache  # noqa: E402
 from nnmem.models import create_model  # noqa: E402
@@ -32,7 +32,9 @@ def run(use_graph=True, **options):
 @pytest.fixture(scope="module")
 def plain():
     """The reference: the step compiled without offloading."""
-    return run()
+    training = autograd.training  # compiling sets it; the per-test restore runs after this
+    yield run()
+    autograd.training = training
 
 
 @pytest.mark.parametrize("asynchronous", [True, False])
