@@ -176,17 +176,14 @@ class Model(Layer):
             fuse,
             precision,
         ).check(dev)
-        wide = (
-            [n for n, p in self.get_params().items() if p.dtype != float16]
-            if precision != "float32"
-            else []
-        )
-        if wide and self.initialized:
-            raise ValueError(
-                f"compile(precision={precision!r}): this model's parameters were made in "
-                f"{self.get_params()[wide[0]].dtype} ({wide[0]}, ...); mixed precision makes "
-                "them in float16: compile a new model with precision='float16'"
-            )
+        if precision != "float32" and self.initialized:
+            wide = [(n, p.dtype) for n, p in self.get_params().items() if p.dtype != float16]
+            if wide:
+                raise ValueError(
+                    f"compile(precision={precision!r}): this model's parameters were made in "
+                    f"{wide[0][1]} ({wide[0][0]}, ...); mixed precision makes them in "
+                    "float16: compile a new model with precision='float16'"
+                )
         # eager offloading is the device's tensor cache ("dyn": the cache moves tensors only
         # when memory runs short, which is already dynamic, so it keeps every candidate)
         eager_offload = offload != "none" and not use_graph
@@ -313,7 +310,7 @@ class Model(Layer):
         optimizer's hyperparameters (Optimizer.hyperparameters) and dropout's seed. A device
         that freezes a step into one launch (CUDA graphs) captures it again when one of them
         changes."""
-        scaler = vars(self.optimizer).get("loss_scaler")  # its scale: seed and unscale read it
+        scaler = _loss_scaler(self.optimizer)  # its scale: the seed and the unscale read it
         scale = () if scaler is None else (("loss scale", scaler.scale),)
         return tuple(self.optimizer.hyperparameters()) + (("seed", dev.seed),) + scale
 
@@ -340,7 +337,7 @@ class Model(Layer):
             )
         with _lock_of(mine):  # not in the middle of another thread's step
             aux = checkpoint.load(fpath, mine)
-            if vars(self.optimizer).get("loss_scaler") is not None:
+            if _loss_scaler(self.optimizer) is not None:
                 self.optimizer.loss_scaler.refresh_masters()  # the loaded float16 parameters
             return aux
 
@@ -350,9 +347,15 @@ def _entered(model, step, *inputs, **kwargs):
     return step(*model._entry(inputs), **kwargs)
 
 
+def _loss_scaler(optimizer):
+    """The optimizer's LossScaler (mixed precision), or None: also for an optimizer of another
+    kind (DistOpt, _NoOptimizer), whose attribute lookups must not be asked for it."""
+    return vars(optimizer).get("loss_scaler")
+
+
 def _skipped(optimizer):
     """Did the optimizer's loss scaler skip the step just run (a gradient overflowed)?"""
-    scaler = vars(optimizer).get("loss_scaler")
+    scaler = _loss_scaler(optimizer)
     return scaler is not None and scaler.last_step_skipped
 
 

@@ -86,7 +86,8 @@ class LossScaler:
             self._check([g for _, g in grads], dev)
         except SkippedStep:  # an eager step, checked now: nothing to commit
             return
-        params = {id(self._master(p)): p for p, _ in grads}
+        pairs = [(self._master(p), g) for p, g in grads]
+        params = {id(m): p for (m, _), (p, _) in zip(pairs, grads)}  # master -> its parameter
         scratch = self._scratch(grads, dev)
 
         def through(master, grad, update):
@@ -102,7 +103,6 @@ class LossScaler:
                     phase="update",
                 )
 
-        pairs = [(self._master(p), g) for p, g in grads]
         optimizer.apply_gradients(pairs, dev, through=through)
 
     def refresh_masters(self):
