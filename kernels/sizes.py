@@ -76,17 +76,35 @@ def conv3x3_applies(kh, kw, sh, sw, ph, pw):
     return (kh, kw, sh, sw, ph, pw) == (3, 3, 1, 1, 1, 1)
 
 
+#: Elements of the longest vector of the CPU kernels' register tiles (kernels/cpu/_simd.py):
+#: 16 float32 in one AVX-512 register.
+VECTOR_LANES = 16
+
+
 def conv3x3_plane(h, w):
     """Elements of one padded plane: (H+2)*(W+2), and two trailing zeros that the last row's
     reads of the two columns past the output run into."""
     return (h + 2) * (w + 2) + 2
 
 
+def conv3x3_sums(h, w):
+    """Elements of one output plane's sums in conv3x3's forward pass: its H rows as long as the
+    padded ones, H*(W+2), and at least one vector (VECTOR_LANES), which a plane that small
+    computes whole (kernels/cpu/conv3x3.py)."""
+    return max(h * (w + 2), VECTOR_LANES)
+
+
+def conv3x3_forward_plane(h, w):
+    """Elements of one padded input plane of conv3x3's forward pass: conv3x3_plane, and the
+    zeros a plane's one vector of sums reads past it when it has fewer than VECTOR_LANES."""
+    return conv3x3_plane(h, w) + conv3x3_sums(h, w) - h * (w + 2)
+
+
 def conv3x3_forward_need(inputs, outputs, h, w):
     """Workspace elements per sample of conv3x3's forward pass (and of backward data, with the
     channels and filters swapped): the padded planes of its inputs, and the row-padded sums of
-    its outputs and a spare."""
-    return inputs * conv3x3_plane(h, w) + (outputs + 1) * h * (w + 2)
+    its outputs."""
+    return inputs * conv3x3_forward_plane(h, w) + outputs * conv3x3_sums(h, w)
 
 
 def conv3x3_filter_need(c, o, h, w):

@@ -1,4 +1,4 @@
-"""3x3 convolutions with stride 1 and padding 1 (ResNet's, VGG's): loops over padded planes.
+"""3x3 convolutions with stride 1 and padding 1: register tiles on padded planes.
 
 y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,c,i+p-1,j+q-1] (zero padding; p, q in 0..2), so the
 output has the input's height and width. The three passes of conv.py, for this one geometry.
@@ -6,9 +6,12 @@ output has the input's height and width. The three passes of conv.py, for this o
 Why a kernel of its own. The im2col + GEMM path copies every input pixel nine times into a
 column matrix and then runs a GEMM with only O rows (16 in ResNet's first stage), which OpenBLAS
 runs at a third of its speed on square products; measured on this 2-core machine for ResNet-20's
-16-channel layers (batch 32, 32x32): forward 3.9 ms by GEMM, 0.93 ms here. Here each output
-row is one vectorised loop over j, and the nine inputs of an output pixel are nine shifted reads
-of the same padded input plane, which stays in the L1 cache across the row.
+16-channel layers (batch 32, 32x32): forward 3.9 ms by GEMM, 0.93 ms by a loop over padded
+planes; and in another run, alternating, the median of 150 calls: that loop 1.09 ms, this
+file's register tiles 0.67 ms. Here the nine inputs of an output pixel are nine shifted reads
+of the same padded input plane, and the forward pass keeps a tile of sums (two vectors of
+pixels of eight output planes) in vector registers across the whole sum over input
+channels and taps (_tiles_forward; _simd.py gives Numba the vector type).
 
 Padded planes (the workspace): each input plane is copied once with a zero border of one
 pixel, row length W2 = W + 2, flattened, plus two trailing zeros. Output (i, j) then reads
@@ -22,12 +25,12 @@ group of samples laid end to end, with dy copied into rows as long as the padded
 the extra columns and rows).
 
 Workspace: ``conv3x3_workspace_per_sample`` elements per sample (kernels/sizes.py), the most
-any pass needs: forward, the padded planes of x and each output plane's sums (and one spare) in
-rows as long as the padded ones, so that one loop runs over a whole plane (for the 8x8 planes of
-ResNet's last stage a row alone is too short a loop to pay for itself); backward data, the same
-for dy and dx; backward filter, the padded planes of x and the planes of dy. The batch runs in
-chunks of as many samples as the workspace holds; backward filter's chunks are whole sample
-groups (conv3x3_filter_sample_group, below), so its workspace must hold one group.
+any pass needs: forward, the padded planes of x and each output plane's sums in rows as long as
+the padded ones, where vectors run across rows when a row is narrower than a vector (the 8x8
+planes of ResNet's last stage); backward data, the same for dy and dx; backward filter, the
+padded planes of x and the planes of dy. The batch runs in chunks of as many samples as the
+workspace holds; backward filter's chunks are whole sample groups (conv3x3_filter_sample_group,
+below), so its workspace must hold one group.
 
 Non-finite numbers: a NaN or infinity reaches every output it reaches in the direct kernels. One
 difference comes from the padding: backward filter multiplies zeros (the border, the extra
@@ -37,15 +40,13 @@ entries of dw may be NaN (an infinity in x[n, c] can make all of dw[:, c] NaN), 
 that the direct kernel makes NaN or infinite.
 
 Determinism: one thread computes each output element (each dw entry) in a fixed order, so the
-result does not depend on the thread count. The forward sums use fused multiply-adds
-(``fastmath`` "contract": one rounding per term instead of two, measured 1.07-1.18x faster),
-and backward filter's dot products are vectorised by letting LLVM reassociate their sums
-("reassoc"): fixed choices, the same on every call of the compiled kernel. No pass depends on
-the workspace's size: forward and backward data compute each sample alone, whatever the chunk,
-and backward filter sums sample groups fixed by the image size (samples [0, G), [G, 2G), ...
-with G = conv3x3_filter_sample_group) and adds them into dw in order, every chunk being whole
-groups.
-"""
+result does not depend on the thread count. The forward sums are chains of fused multiply-adds
+(one rounding per term), and backward filter's dot products are vectorised by letting LLVM
+reassociate their sums ("reassoc"): fixed choices, the same on every call of the compiled
+kernel. No pass depends on the workspace's size: forward and backward data compute each sample
+alone, whatever the chunk, and backward filter sums sample groups fixed by the image size
+(samples [0, G), [G, 2G), ... with G = conv3x3_filter_sample_group) and adds them into dw in
+order, every chunk being whole groups."""
 
 import numpy as np
 from numba import prange
@@ -54,9 +55,12 @@ from ..sizes import (
     conv3x3_filter_need,
     conv3x3_filter_sample_group,
     conv3x3_forward_need,
+    conv3x3_forward_plane,
     conv3x3_plane,
+    conv3x3_sums,
 )
 from ._jit import by_size, njit
+from ._simd import VECTOR_BYTES, lanes, vfma, vload, vstore, vzero
 
 # Non-negative indices as unsigned: Numba then drops its negative-index wraparound, which
 # blocks vectorisation (conv.py says more).
@@ -100,71 +104,124 @@ def _spread(planes, x, first, channel_major):
 spread = by_size(_spread, on=1)
 
 
-def _planes_forward(y, padded, acc, w, flipped):
-    """y[n,a,i,j] = sum_{b,p,q} f[a,b,p,q] padded[n,b,(i+p)*W2+j+q], with f = w (flipped False:
-    a filter, b a channel) or f[a,b,p,q] = w[b,a,2-p,2-q] (flipped True: backward data).
+#: The register tile of the forward pass: TILE_VECTORS vectors of output pixels of each of
+#: TILE_PLANES output planes, 16 vector registers of sums (of AVX-512's 32).
+TILE_VECTORS = 2
+TILE_PLANES = 8
 
-    Each output plane is summed in acc[n, a] (H*W2 elements: rows as long as the padded ones,
-    two columns of them never read), one loop over the whole plane per input channel, then
-    copied into y. Two output planes share each loop: the nine inputs of an element are loaded
-    once for both (measured 1.3-1.5x faster than one plane per loop); with an odd number of
-    planes the last one's partner is acc[n, na], a spare plane that is never read. Every
-    plane's sum is the same expression in the same order whatever its partner: the same bits.
-    Overwrites y and acc; parallel over pairs of output planes."""
-    nb, na, h, wd = y.shape
+
+def _vector_at(v, per_row, width, nl, src_row, dst_row):
+    """(source offset, destination offset) of the v-th vector of sums: row v // per_row, its
+    elements from column min(k * nl, width - nl), k = v % per_row (a row's last vector moves
+    back to end at the row's end, overlapping its neighbour rather than running past it)."""
+    i, k = v // per_row, v % per_row
+    j = min(k * nl, width - nl)
+    return i * src_row + j, i * dst_row + j
+
+
+def _filters(w, a, c, p, q, flipped):
+    """The TILE_PLANES filter taps of output planes a (a tuple) at input channel c, tap (p, q):
+    w[a, c, p, q], or w[c, a, 2-p, 2-q] when flipped (backward data)."""
+    if flipped:
+        return (
+            w[c, a[0], 2 - p, 2 - q], w[c, a[1], 2 - p, 2 - q], w[c, a[2], 2 - p, 2 - q],
+            w[c, a[3], 2 - p, 2 - q], w[c, a[4], 2 - p, 2 - q], w[c, a[5], 2 - p, 2 - q],
+            w[c, a[6], 2 - p, 2 - q], w[c, a[7], 2 - p, 2 - q],
+        )  # fmt: skip
+    return (
+        w[a[0], c, p, q], w[a[1], c, p, q], w[a[2], c, p, q], w[a[3], c, p, q],
+        w[a[4], c, p, q], w[a[5], c, p, q], w[a[6], c, p, q], w[a[7], c, p, q],
+    )  # fmt: skip
+
+
+def _fma_planes(acc, f, x):
+    """acc[k] + f[k] * x for each of the TILE_PLANES planes k: one vector of pixels x, read once,
+    feeds eight sums."""
+    return (
+        vfma(acc[0], f[0], x), vfma(acc[1], f[1], x), vfma(acc[2], f[2], x),
+        vfma(acc[3], f[3], x), vfma(acc[4], f[4], x), vfma(acc[5], f[5], x),
+        vfma(acc[6], f[6], x), vfma(acc[7], f[7], x),
+    )  # fmt: skip
+
+
+def _zeros(a):
+    z = vzero(a)
+    return (z, z, z, z, z, z, z, z)
+
+
+vector_at = njit(inline="always", cache=True)(_vector_at)
+filters = njit(inline="always", cache=True)(_filters)
+fma_planes = njit(inline="always", cache=True)(_fma_planes)
+zeros = njit(inline="always", cache=True)(_zeros)
+
+
+def _tiles_forward(dst, padded, w, flipped, rows, width, src_row, dst_row, w2):
+    """dst[n,a] at each vector's offset = sum_{b,p,q} f[a,b,p,q] padded[n,b,offset+p*W2+q],
+    with f = w (flipped False: a filter, b a channel) or f[a,b,p,q] = w[b,a,2-p,2-q] (flipped
+    True: backward data); each of `rows` rows of `width` sums is read from padded `src_row`
+    apart and written into dst `dst_row` apart (vector_at). Two forms: dst is y itself (rows H
+    of width W, src_row W+2, dst_row W: no copy), or a plane's sums in rows as long as the
+    padded ones (one row of width conv3x3_sums, both strides 0: any width, then unpad_rows).
+
+    The register tile: TILE_VECTORS vectors of consecutive sums of TILE_PLANES output planes,
+    16 vectors that stay in registers while the loop runs over every input channel and tap:
+    per tap two vector reads and eight filter taps feed 16 multiply-adds (the old loop read
+    and wrote its sums in memory at each one). With an odd number of vectors the last tile's
+    second vector is its first again, and planes past the last one repeat it: computed, not
+    written. Every sum is one chain of fused multiply-adds over (b, p, q) in that order, from
+    zero, in whichever tile or form it falls: the same bits on any thread count, chunking or
+    CPU. Parallel over tiles; writes dst only."""
+    nb, na = dst.shape[0], dst.shape[1]
     ni = padded.shape[1]
-    w2 = wd + 2
-    size = h * w2
-    r1, r2 = _u(w2), _u(2 * w2)
-    pairs = (na + 1) // 2
-    for t in prange(nb * pairs):
-        n = t // pairs
-        a = (t % pairs) * 2
-        a2 = a + 1 if a + 1 < na else a  # the weights of the partner (the spare: any)
-        out = acc[n, a]
-        out2 = acc[n, a + 1]  # acc[n, na] when a is the last plane
-        for u in range(size):
-            out[u] = 0
-            out2[u] = 0
+    nl = lanes_of(dst)
+    per_row = (width + nl - 1) // nl
+    vectors = rows * per_row
+    tiles = (vectors + TILE_VECTORS - 1) // TILE_VECTORS
+    blocks = (na + TILE_PLANES - 1) // TILE_PLANES
+    for t in prange(nb * blocks * tiles):
+        n = t // (blocks * tiles)
+        a0 = (t // tiles) % blocks * TILE_PLANES
+        v = (t % tiles) * TILE_VECTORS
+        s0, d0 = vector_at(v, per_row, width, nl, src_row, dst_row)
+        s1, d1 = vector_at(min(v + 1, vectors - 1), per_row, width, nl, src_row, dst_row)
+        last = na - 1
+        a = (
+            a0, min(a0 + 1, last), min(a0 + 2, last), min(a0 + 3, last),
+            min(a0 + 4, last), min(a0 + 5, last), min(a0 + 6, last), min(a0 + 7, last),
+        )  # fmt: skip
+        acc0 = zeros(dst)
+        acc1 = zeros(dst)
         for b in range(ni):
-            if flipped:
-                f00, f01, f02 = w[b, a, 2, 2], w[b, a, 2, 1], w[b, a, 2, 0]
-                f10, f11, f12 = w[b, a, 1, 2], w[b, a, 1, 1], w[b, a, 1, 0]
-                f20, f21, f22 = w[b, a, 0, 2], w[b, a, 0, 1], w[b, a, 0, 0]
-                g00, g01, g02 = w[b, a2, 2, 2], w[b, a2, 2, 1], w[b, a2, 2, 0]
-                g10, g11, g12 = w[b, a2, 1, 2], w[b, a2, 1, 1], w[b, a2, 1, 0]
-                g20, g21, g22 = w[b, a2, 0, 2], w[b, a2, 0, 1], w[b, a2, 0, 0]
-            else:
-                f00, f01, f02 = w[a, b, 0, 0], w[a, b, 0, 1], w[a, b, 0, 2]
-                f10, f11, f12 = w[a, b, 1, 0], w[a, b, 1, 1], w[a, b, 1, 2]
-                f20, f21, f22 = w[a, b, 2, 0], w[a, b, 2, 1], w[a, b, 2, 2]
-                g00, g01, g02 = w[a2, b, 0, 0], w[a2, b, 0, 1], w[a2, b, 0, 2]
-                g10, g11, g12 = w[a2, b, 1, 0], w[a2, b, 1, 1], w[a2, b, 1, 2]
-                g20, g21, g22 = w[a2, b, 2, 0], w[a2, b, 2, 1], w[a2, b, 2, 2]
             src = padded[n, b]
-            for u in range(size):
-                v = _u(u)
-                x00, x01, x02 = src[v], src[v + _u(1)], src[v + _u(2)]
-                x10, x11, x12 = src[r1 + v], src[r1 + v + _u(1)], src[r1 + v + _u(2)]
-                x20, x21, x22 = src[r2 + v], src[r2 + v + _u(1)], src[r2 + v + _u(2)]
-                out[v] += (
-                    f00 * x00 + f01 * x01 + f02 * x02
-                    + f10 * x10 + f11 * x11 + f12 * x12
-                    + f20 * x20 + f21 * x21 + f22 * x22
-                )  # fmt: skip
-                out2[v] += (
-                    g00 * x00 + g01 * x01 + g02 * x02
-                    + g10 * x10 + g11 * x11 + g12 * x12
-                    + g20 * x20 + g21 * x21 + g22 * x22
-                )  # fmt: skip
+            for p in range(3):
+                for q in range(3):
+                    f = filters(w, a, b, p, q, flipped)
+                    shift = p * w2 + q
+                    acc0 = fma_planes(acc0, f, vload(src, s0 + shift))
+                    acc1 = fma_planes(acc1, f, vload(src, s1 + shift))
+        for k in range(min(TILE_PLANES, na - a0)):
+            vstore(dst[n, a0 + k], d0, acc0[k])
+            vstore(dst[n, a0 + k], d1, acc1[k])
+
+
+def _lanes_of(a):
+    return VECTOR_BYTES // a.itemsize
+
+
+def _unpad_rows(y, sums, w2):
+    """y[n,a,i,j] = sums[n,a,i*W2+j]: each plane's sums without the two extra columns of its
+    rows. A copy, memory-bound; parallel over the planes."""
+    nb, na, h, wd = y.shape
+    for t in prange(nb * na):
+        n, a = t // na, t % na
         for i in range(h):
             for j in range(wd):
-                y[n, a, i, j] = out[_u(i * w2 + j)]
-                if a + 1 < na:
-                    y[n, a + 1, i, j] = out2[_u(i * w2 + j)]
+                y[n, a, i, j] = sums[n, a, _u(i * w2 + j)]
 
 
-planes_forward = njit(parallel=True, cache=True, fastmath={"contract"})(_planes_forward)
+lanes_of = njit(inline="always", cache=True)(_lanes_of)
+tiles_forward = njit(parallel=True, cache=True)(_tiles_forward)
+unpad_rows = njit(parallel=True, cache=True)(_unpad_rows)
 
 
 def _planes_filter(dw, rows, padded, w2, plane, group, accumulate):
@@ -275,23 +332,32 @@ def _chunks(n, workspace, per_sample, group=1):
 
 
 def _views(workspace, b, inputs, outputs, h, w):
-    """(padded (b, inputs, plane), acc (b, outputs, H*W2)) at the start of the workspace."""
-    plane, rows = conv3x3_plane(h, w), h * (w + 2)
+    """(padded (b, inputs, conv3x3_forward_plane), sums (b, outputs, conv3x3_sums)) at the
+    start of the workspace."""
+    plane, rows = conv3x3_forward_plane(h, w), conv3x3_sums(h, w)
     padded = workspace[: b * inputs * plane].reshape(b, inputs, plane)
     end = b * inputs * plane + b * outputs * rows
     return padded, workspace[b * inputs * plane : end].reshape(b, outputs, rows)
 
 
 def _forward(out, source, w, workspace, flipped):
-    """out = the padded-plane convolution of source (see _planes_forward), in chunks."""
+    """out = the padded-plane convolution of source (see _tiles_forward), in chunks: straight
+    into out where its rows hold a vector (and out is C-contiguous), else through the rows of
+    sums."""
     n, ni, h, wd = source.shape
     na = out.shape[1]
     b = _chunks(n, workspace, conv3x3_forward_need(ni, na, h, wd))
+    direct = wd >= lanes(out.dtype) and out.flags.c_contiguous
     for n0 in range(0, n, b):
-        chunk = source[n0 : n0 + b]
-        padded, acc = _views(workspace, chunk.shape[0], ni, na + 1, h, wd)
+        chunk, dst = source[n0 : n0 + b], out[n0 : n0 + b]
+        padded, sums = _views(workspace, chunk.shape[0], ni, na, h, wd)
         spread(padded, chunk, wd + 3, False)
-        planes_forward(out[n0 : n0 + b], padded, acc, w, flipped)
+        if direct:
+            flat = dst.reshape(dst.shape[0], na, h * wd)
+            tiles_forward(flat, padded, w, flipped, h, wd, wd + 2, wd, wd + 2)
+        else:
+            tiles_forward(sums, padded, w, flipped, 1, sums.shape[2], 0, 0, wd + 2)
+            unpad_rows(dst, sums, wd + 2)
 
 
 def conv3x3_forward(y, x, w, workspace):

@@ -64,13 +64,17 @@ def test_the_geometry_it_applies_to():
     assert conv3x3_applies(3, 3, 1, 1, 1, 1)
     for other in [(3, 3, 2, 2, 1, 1), (3, 3, 1, 1, 0, 0), (5, 5, 1, 1, 2, 2), (1, 1, 1, 1, 0, 0)]:
         assert not conv3x3_applies(*other)
-    # the most of forward (C planes, O + 1 rows of sums), backward data (O planes, C + 1 sums)
-    # and backward filter (C + O planes), with planes of (H+2)*(W+2)+2 and sums of H*(W+2)
-    plane, sums = 7 * 9 + 2, 5 * 9
-    assert conv3x3_workspace_per_sample(4, 6, 5, 7) == (4 + 6) * plane  # filter 650 > 615, 575
-    plane, sums = 10 * 10 + 2, 8 * 10
-    assert conv3x3_workspace_per_sample(1, 16, 8, 8) == 16 * plane + 2 * sums  # data 1792
-    assert conv3x3_workspace_per_sample(16, 1, 8, 8) == 16 * plane + 2 * sums  # forward 1792
+    # the most of forward (C planes, O planes of sums), backward data (O planes, C of sums)
+    # and backward filter (C + O planes), with planes of (H+2)*(W+2)+2 and sums of H*(W+2):
+    # sums are shorter than planes, so backward filter's is the most but for tiny planes
+    plane = 7 * 9 + 2
+    assert conv3x3_workspace_per_sample(4, 6, 5, 7) == (4 + 6) * plane  # filter 650 > 570, 530
+    plane = 10 * 10 + 2
+    assert conv3x3_workspace_per_sample(1, 16, 8, 8) == 17 * plane  # filter 1734 > data 1712
+    assert conv3x3_workspace_per_sample(16, 1, 8, 8) == 17 * plane  # > forward 1712
+    # a plane with fewer sums than a vector (1x1: 3) gets a vector's (16), and its padded
+    # planes the zeros that vector reads past them: 3*3+2 + 13
+    assert conv3x3_workspace_per_sample(2, 3, 1, 1) == 3 * 24 + 2 * 16  # data 104 > 96, 55
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -146,5 +150,24 @@ def test_bad_shapes_and_small_workspaces_are_refused(rng):
         conv3x3_backward_filter(np.empty_like(wt), dy, x, np.empty(group - 1))
     conv3x3_backward_filter(np.empty_like(wt), dy, x, np.empty(group))  # exactly enough
     with pytest.raises(ValueError, match=r"1 sample\(s\) of this pass need"):  # planes, sums
-        conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt, ws[: 3 * plane + 5 * sums - 1])
-    conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt, ws[: 3 * plane + 5 * sums])
+        conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt, ws[: 3 * plane + 4 * sums - 1])
+    conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt, ws[: 3 * plane + 4 * sums])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sums_through_rows_give_the_bits_written_straight(rng, dtype):
+    """Forward and backward data write a C-contiguous output straight from the register tiles
+    when its rows hold a vector, and go through the row-padded sums otherwise (a plane too
+    narrow, or an output that is a view): the same bits either way."""
+    x, wt, dy = arrays(rng, (3, 5, 17, 20, 11), dtype)
+    ws = np.empty(3 * conv3x3_workspace_per_sample(5, 11, 17, 20), dtype)
+    straight = np.empty_like(dy), np.empty_like(x)
+    conv3x3_forward(straight[0], x, wt, ws)
+    conv3x3_backward_data(straight[1], dy, wt, ws)
+    wide_y = np.full((3, 12, 17, 20), np.nan, dtype)  # every plane of [:, :11] a view
+    wide_dx = np.full((3, 6, 17, 20), np.nan, dtype)
+    conv3x3_forward(wide_y[:, :11], x, wt, ws)
+    conv3x3_backward_data(wide_dx[:, :5], dy, wt, ws)
+    np.testing.assert_array_equal(wide_y[:, :11], straight[0])
+    np.testing.assert_array_equal(wide_dx[:, :5], straight[1])
+    assert np.isnan(wide_y[:, 11]).all() and np.isnan(wide_dx[:, 5]).all()  # nothing else

@@ -1,0 +1,188 @@
+"""Vector registers in Numba: a 64-byte vector type and the four operations a register-tiled
+kernel needs (load, store, zero, multiply-add).
+
+Why. LLVM vectorises a loop's innermost level on its own, so a kernel written with loops keeps
+its sums in memory: each multiply-add of conv3x3's old loop loaded a partial sum and stored it
+back, and the loads and stores, not the arithmetic, set its speed (31-44% of the machine's
+peak). A register-tiled kernel keeps a tile of sums (say 2 vectors of pixels x 8 output
+channels) in vector registers while it runs over the whole reduction, and touches memory once
+per tile. Numba has no type for a vector register, so this module adds one: ``Vector(dtype)``,
+whose LLVM type is ``<lanes x float>``: VECTOR_BYTES bytes, one AVX-512 register (16 float32,
+8 float64) where the CPU has them, one AVX2 register otherwise. A kernel holds its tile in
+local variables of this type, and LLVM keeps local vectors in registers.
+
+The operations, callable from kernels compiled with ``njit``:
+
+- ``vload(a, i)``: the ``lanes`` elements ``a.flat[i : i + lanes]`` of a C-contiguous array;
+- ``vstore(a, i, v)``: writes them;
+- ``vzero(a)``: a vector of zeros of ``a``'s dtype;
+- ``vfma(acc, s, v)``: ``acc + s * v`` with one rounding per lane (``llvm.fma``), ``s`` a
+  scalar of the same dtype broadcast to every lane.
+
+No bounds are checked, as in any kernel here that uses unsigned indices: the caller makes sure
+``i + lanes`` stays within the array.
+
+Bits: a lane's sum is the same chain of fused multiply-adds whatever the vector width, so a
+kernel built from these gives the same numbers on every x86 CPU. With ``NUMBA_DISABLE_JIT=1``
+(kernels run as Python, for debugging) the operations are NumPy arrays of ``lanes`` elements,
+and ``vfma`` computes in float64 and rounds once (a float32 product is exact in float64, so
+only the rare double rounding of the sum can differ from the compiled fma; float64 inputs round
+twice: debugging only).
+"""
+
+import numpy as np
+from llvmlite import binding, ir
+from numba import types
+from numba.core import cgutils, config
+from numba.core.datamodel import models, register_default
+from numba.core.extending import intrinsic, overload
+
+__all__ = ["VECTOR_BYTES", "lanes", "vload", "vstore", "vzero", "vfma"]
+
+
+def _vector_bytes():
+    """64 (one AVX-512 register) where Numba compiles for a CPU with AVX-512, else 32 (one AVX2
+    register, or two SSE ones): a vector too wide for the registers, split by LLVM into halves,
+    would need twice the registers a tile has, and its sums would spill to memory."""
+    if config.CPU_NAME:  # NUMBA_CPU_NAME and NUMBA_CPU_FEATURES name the target
+        features = config.CPU_FEATURES or ""
+    else:
+        features = binding.get_host_cpu_features().flatten()
+    return 64 if "+avx512f" in features.split(",") else 32
+
+
+#: Bytes of one vector: 16 float32 or 8 float64 with AVX-512, half as many without.
+VECTOR_BYTES = _vector_bytes()
+
+
+def lanes(dtype):
+    """Elements of `dtype` in one vector: VECTOR_BYTES // itemsize."""
+    return VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+class Vector(types.Type):
+    """Numba's type of a vector register holding `lanes(dtype)` elements of a float dtype."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype  # a Numba scalar type: float32 or float64
+        self.count = lanes(np.dtype(str(dtype)))
+        super().__init__(name=f"Vector({dtype} x {self.count})")
+
+
+@register_default(Vector)
+class _VectorModel(models.PrimitiveModel):
+    """A Vector is one LLVM value of vector type, as a float is one of float type."""
+
+    def __init__(self, dmm, fe_type):
+        element = dmm.lookup(fe_type.dtype).get_value_type()
+        super().__init__(dmm, fe_type, ir.VectorType(element, fe_type.count))
+
+
+def _element_pointer(context, builder, array_type, array, index):
+    """LLVM pointer to the vector at flat element `index` of a C-contiguous array."""
+    data = context.make_array(array_type)(context, builder, array).data
+    vector = context.get_value_type(Vector(array_type.dtype))
+    return builder.bitcast(builder.gep(data, [index]), vector.as_pointer())
+
+
+def _float_array(a):
+    return isinstance(a, types.Array) and a.dtype in (types.float32, types.float64)
+
+
+@intrinsic
+def _vload(typingctx, a, i):
+    if not (_float_array(a) and isinstance(i, types.Integer)):
+        return None
+    sig = Vector(a.dtype)(a, i)
+
+    def codegen(context, builder, signature, args):
+        pointer = _element_pointer(context, builder, signature.args[0], *args)
+        return builder.load(pointer, align=a.dtype.bitwidth // 8)  # element alignment only
+
+    return sig, codegen
+
+
+@intrinsic
+def _vstore(typingctx, a, i, v):
+    if not (_float_array(a) and isinstance(i, types.Integer) and v == Vector(a.dtype)):
+        return None
+    sig = types.void(a, i, v)
+
+    def codegen(context, builder, signature, args):
+        pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+        builder.store(args[2], pointer, align=a.dtype.bitwidth // 8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _vzero(typingctx, a):
+    if not _float_array(a):
+        return None
+    sig = Vector(a.dtype)(a)
+
+    def codegen(context, builder, signature, args):
+        return ir.Constant(context.get_value_type(signature.return_type), None)  # all zeros
+
+    return sig, codegen
+
+
+@intrinsic
+def _vfma(typingctx, acc, s, v):
+    if not (isinstance(acc, Vector) and v == acc and s == acc.dtype):
+        return None
+    sig = acc(acc, s, v)
+
+    def codegen(context, builder, signature, args):
+        total, scalar, vector = args
+        vtype = vector.type
+        undef = ir.Constant(vtype, ir.Undefined)
+        first = builder.insert_element(undef, scalar, ir.Constant(ir.IntType(32), 0))
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), vtype.count), None)
+        broadcast = builder.shuffle_vector(first, undef, zeros)  # the scalar in every lane
+        suffix = f"v{vtype.count}f{acc.dtype.bitwidth}"
+        fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vtype, [vtype] * 3), f"llvm.fma.{suffix}"
+        )
+        return builder.call(fma, [broadcast, vector, total])
+
+    return sig, codegen
+
+
+# The Python forms (NUMBA_DISABLE_JIT=1) and, through overload, the compiled ones.
+def vload(a, i):
+    return a.reshape(-1)[i : i + lanes(a.dtype)].copy()
+
+
+def vstore(a, i, v):
+    a.reshape(-1)[i : i + v.size] = v
+
+
+def vzero(a):
+    return np.zeros(lanes(a.dtype), a.dtype)
+
+
+def vfma(acc, s, v):
+    exact = np.float64(s) * v.astype(np.float64) + acc.astype(np.float64)
+    return exact.astype(acc.dtype)
+
+
+@overload(vload, inline="always")
+def _vload_overload(a, i):
+    return lambda a, i: _vload(a, i)
+
+
+@overload(vstore, inline="always")
+def _vstore_overload(a, i, v):
+    return lambda a, i, v: _vstore(a, i, v)
+
+
+@overload(vzero, inline="always")
+def _vzero_overload(a):
+    return lambda a: _vzero(a)
+
+
+@overload(vfma, inline="always")
+def _vfma_overload(acc, s, v):
+    return lambda acc, s, v: _vfma(acc, s, v)

@@ -1,0 +1,101 @@
+"""The vector type of the register-tiled CPU kernels (kernels/cpu/_simd.py): each operation
+compiled against NumPy, and conv3x3's register tiles run as plain Python
+(NUMBA_DISABLE_JIT=1, the debugging mode every kernel keeps) against their compiled selves."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+import pytest
+
+from nnmem.kernels.cpu import _simd
+from nnmem.kernels.cpu._jit import njit
+from nnmem.kernels.cpu._simd import lanes, vfma, vload, vstore, vzero
+
+needs_jit = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="NUMBA_DISABLE_JIT: no compiling")
+
+
+def _fma_then_store(out, acc_from, s, x_from, a, x):
+    """out[:lanes] = a[acc_from:] + s * x[x_from:], one vector each, compiled."""
+    vstore(out, 0, vfma(vload(a, acc_from), s, vload(x, x_from)))
+
+
+def _zeros_stored(out, i):
+    vstore(out, i, vzero(out))
+
+
+fma_then_store = njit()(_fma_then_store)
+zeros_stored = njit()(_zeros_stored)
+
+
+def test_a_vector_is_one_register_of_the_cpu():
+    assert _simd.VECTOR_BYTES in (32, 64)
+    assert lanes(np.float32) == _simd.VECTOR_BYTES // 4
+    assert lanes(np.float64) == _simd.VECTOR_BYTES // 8
+
+
+@needs_jit
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_load_fma_store_zero_against_numpy(rng, dtype):
+    """vload and vstore move `lanes` consecutive elements from any offset (unaligned); vfma
+    rounds once: against the float64 (float32) or exactly rounded (float64, by a product
+    chosen exact) sum."""
+    n = lanes(dtype)
+    a = rng.standard_normal(3 * n).astype(dtype)
+    x = rng.standard_normal(3 * n).astype(dtype)
+    s = dtype(rng.standard_normal())
+    out = np.full(2 * n, np.nan, dtype)
+    fma_then_store(out, 3, s, n + 5, a, x)
+    want = (np.float64(s) * x[n + 5 : 2 * n + 5].astype(np.float64) + a[3 : n + 3]).astype(dtype)
+    if dtype == np.float32:  # float32's product is exact in float64: one rounding, as fma
+        np.testing.assert_array_equal(out[:n], want)
+    else:
+        np.testing.assert_allclose(out[:n], want, rtol=1e-15)
+    assert np.isnan(out[n:]).all()  # one vector written, no more
+    halves = np.array([0.5] * n, dtype)  # 0.5 * 3 + 0.25: exact in any dtype
+    fma_then_store(out, 0, dtype(3), 0, np.full(n, 0.25, dtype), halves)
+    np.testing.assert_array_equal(out[:n], np.full(n, 1.75, dtype))
+    zeros_stored(out, n)
+    np.testing.assert_array_equal(out[n:], np.zeros(n, dtype))
+
+
+def test_the_register_tiles_run_as_python(tmp_path):
+    """NUMBA_DISABLE_JIT=1: conv3x3's forward and backward data, tiles and vector operations all
+    plain Python (one tile straight into y, one through the rows of sums), give the compiled
+    kernels' numbers (float64: to the last bits of two roundings)."""
+    code = """
+        import numpy as np, sys
+        import nnmem.kernels.cpu as K
+        from nnmem.kernels import sizes
+        rng = np.random.default_rng(0)
+        for h, w in ((3, 17), (4, 4)):
+            x = rng.standard_normal((2, 3, h, w))
+            wt = rng.standard_normal((9, 3, 3, 3))
+            dy = rng.standard_normal((2, 9, h, w))
+            ws = np.empty(2 * sizes.conv3x3_workspace_per_sample(3, 9, h, w))
+            y, dx = np.empty_like(dy), np.empty_like(x)
+            K.conv3x3_forward(y, x, wt, ws)
+            K.conv3x3_backward_data(dx, dy, wt, ws)
+            np.save(sys.argv[1] + f"/y{h}.npy", y)
+            np.save(sys.argv[1] + f"/dx{h}.npy", dx)
+    """
+    results = {}
+    for jit in ("0", "1"):
+        folder = tmp_path / jit
+        folder.mkdir()
+        env = dict(os.environ, NUMBA_DISABLE_JIT=jit)
+        run = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code), str(folder)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr
+        results[jit] = {p.name: np.load(p) for p in folder.iterdir()}
+    assert len(results["0"]) == 4
+    for name, compiled in results["0"].items():
+        np.testing.assert_allclose(results["1"][name], compiled, rtol=1e-13, atol=1e-13)
