@@ -156,10 +156,18 @@ def conv3x3s2_dy_plane(oh, ow):
     return (oh + 2) * (ow + 1) + 1
 
 
+def conv3x3s2_sums(oh, ow):
+    """Elements of one output plane's sums in conv3x3s2's forward pass: OH rows as long as the
+    phase planes', OH*(OW+1), and at least one vector (VECTOR_LANES)."""
+    return max(oh * (ow + 1), VECTOR_LANES)
+
+
 def conv3x3s2_forward_need(c, o, oh, ow):
     """Workspace elements per sample of conv3x3s2's forward pass: the four phase planes of each
-    input channel, and the row-padded sums of each output plane and a spare."""
-    return 4 * c * conv3x3s2_phase_plane(oh, ow) + (o + 1) * oh * (ow + 1)
+    input channel, the row-padded sums of each output plane, and room for the reads of the
+    last plane's vector of sums past its end when a plane has fewer sums than a vector."""
+    sums = conv3x3s2_sums(oh, ow)
+    return 4 * c * conv3x3s2_phase_plane(oh, ow) + o * sums + sums - oh * (ow + 1)
 
 
 def conv3x3s2_data_need(c, o, oh, ow):

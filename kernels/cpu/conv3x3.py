@@ -11,7 +11,7 @@ planes; and in another run, alternating, the median of 150 calls: that loop 1.09
 file's register tiles 0.67 ms. Here the nine inputs of an output pixel are nine shifted reads
 of the same padded input plane, and the forward pass keeps a tile of sums (two vectors of
 pixels of eight output planes) in vector registers across the whole sum over input
-channels and taps (_tiles_forward; _simd.py gives Numba the vector type).
+channels and taps (_tiles.py; _simd.py gives Numba the vector type).
 
 Padded planes (the workspace): each input plane is copied once with a zero border of one
 pixel, row length W2 = W + 2, flattened, plus two trailing zeros. Output (i, j) then reads
@@ -60,7 +60,7 @@ from ..sizes import (
     conv3x3_sums,
 )
 from ._jit import by_size, njit
-from ._simd import VECTOR_BYTES, lanes, vfma, vload, vstore, vzero
+from ._tiles import forward_tiles
 
 # Non-negative indices as unsigned: Numba then drops its negative-index wraparound, which
 # blocks vectorisation (conv.py says more).
@@ -102,126 +102,6 @@ def _spread(planes, x, first, channel_major):
 
 
 spread = by_size(_spread, on=1)
-
-
-#: The register tile of the forward pass: TILE_VECTORS vectors of output pixels of each of
-#: TILE_PLANES output planes, 16 vector registers of sums (of AVX-512's 32).
-TILE_VECTORS = 2
-TILE_PLANES = 8
-
-
-def _vector_at(v, per_row, width, nl, src_row, dst_row):
-    """(source offset, destination offset) of the v-th vector of sums: row v // per_row, its
-    elements from column min(k * nl, width - nl), k = v % per_row (a row's last vector moves
-    back to end at the row's end, overlapping its neighbour rather than running past it)."""
-    i, k = v // per_row, v % per_row
-    j = min(k * nl, width - nl)
-    return i * src_row + j, i * dst_row + j
-
-
-def _filters(w, a, c, p, q, flipped):
-    """The TILE_PLANES filter taps of output planes a (a tuple) at input channel c, tap (p, q):
-    w[a, c, p, q], or w[c, a, 2-p, 2-q] when flipped (backward data)."""
-    if flipped:
-        return (
-            w[c, a[0], 2 - p, 2 - q], w[c, a[1], 2 - p, 2 - q], w[c, a[2], 2 - p, 2 - q],
-            w[c, a[3], 2 - p, 2 - q], w[c, a[4], 2 - p, 2 - q], w[c, a[5], 2 - p, 2 - q],
-            w[c, a[6], 2 - p, 2 - q], w[c, a[7], 2 - p, 2 - q],
-        )  # fmt: skip
-    return (
-        w[a[0], c, p, q], w[a[1], c, p, q], w[a[2], c, p, q], w[a[3], c, p, q],
-        w[a[4], c, p, q], w[a[5], c, p, q], w[a[6], c, p, q], w[a[7], c, p, q],
-    )  # fmt: skip
-
-
-def _fma_planes(acc, f, x):
-    """acc[k] + f[k] * x for each of the TILE_PLANES planes k: one vector of pixels x, read once,
-    feeds eight sums."""
-    return (
-        vfma(acc[0], f[0], x), vfma(acc[1], f[1], x), vfma(acc[2], f[2], x),
-        vfma(acc[3], f[3], x), vfma(acc[4], f[4], x), vfma(acc[5], f[5], x),
-        vfma(acc[6], f[6], x), vfma(acc[7], f[7], x),
-    )  # fmt: skip
-
-
-def _zeros(a):
-    z = vzero(a)
-    return (z, z, z, z, z, z, z, z)
-
-
-vector_at = njit(inline="always", cache=True)(_vector_at)
-filters = njit(inline="always", cache=True)(_filters)
-fma_planes = njit(inline="always", cache=True)(_fma_planes)
-zeros = njit(inline="always", cache=True)(_zeros)
-
-
-def _tiles_forward(dst, padded, w, flipped, rows, width, src_row, dst_row, w2):
-    """dst[n,a] at each vector's offset = sum_{b,p,q} f[a,b,p,q] padded[n,b,offset+p*W2+q],
-    with f = w (flipped False: a filter, b a channel) or f[a,b,p,q] = w[b,a,2-p,2-q] (flipped
-    True: backward data); each of `rows` rows of `width` sums is read from padded `src_row`
-    apart and written into dst `dst_row` apart (vector_at). Two forms: dst is y itself (rows H
-    of width W, src_row W+2, dst_row W: no copy), or a plane's sums in rows as long as the
-    padded ones (one row of width conv3x3_sums, both strides 0: any width, then unpad_rows).
-
-    The register tile: TILE_VECTORS vectors of consecutive sums of TILE_PLANES output planes,
-    16 vectors that stay in registers while the loop runs over every input channel and tap:
-    per tap two vector reads and eight filter taps feed 16 multiply-adds (the old loop read
-    and wrote its sums in memory at each one). With an odd number of vectors the last tile's
-    second vector is its first again, and planes past the last one repeat it: computed, not
-    written. Every sum is one chain of fused multiply-adds over (b, p, q) in that order, from
-    zero, in whichever tile or form it falls: the same bits on any thread count, chunking or
-    CPU. Parallel over tiles; writes dst only."""
-    nb, na = dst.shape[0], dst.shape[1]
-    ni = padded.shape[1]
-    nl = lanes_of(dst)
-    per_row = (width + nl - 1) // nl
-    vectors = rows * per_row
-    tiles = (vectors + TILE_VECTORS - 1) // TILE_VECTORS
-    blocks = (na + TILE_PLANES - 1) // TILE_PLANES
-    for t in prange(nb * blocks * tiles):
-        n = t // (blocks * tiles)
-        a0 = (t // tiles) % blocks * TILE_PLANES
-        v = (t % tiles) * TILE_VECTORS
-        s0, d0 = vector_at(v, per_row, width, nl, src_row, dst_row)
-        s1, d1 = vector_at(min(v + 1, vectors - 1), per_row, width, nl, src_row, dst_row)
-        last = na - 1
-        a = (
-            a0, min(a0 + 1, last), min(a0 + 2, last), min(a0 + 3, last),
-            min(a0 + 4, last), min(a0 + 5, last), min(a0 + 6, last), min(a0 + 7, last),
-        )  # fmt: skip
-        acc0 = zeros(dst)
-        acc1 = zeros(dst)
-        for b in range(ni):
-            src = padded[n, b]
-            for p in range(3):
-                for q in range(3):
-                    f = filters(w, a, b, p, q, flipped)
-                    shift = p * w2 + q
-                    acc0 = fma_planes(acc0, f, vload(src, s0 + shift))
-                    acc1 = fma_planes(acc1, f, vload(src, s1 + shift))
-        for k in range(min(TILE_PLANES, na - a0)):
-            vstore(dst[n, a0 + k], d0, acc0[k])
-            vstore(dst[n, a0 + k], d1, acc1[k])
-
-
-def _lanes_of(a):
-    return VECTOR_BYTES // a.itemsize
-
-
-def _unpad_rows(y, sums, w2):
-    """y[n,a,i,j] = sums[n,a,i*W2+j]: each plane's sums without the two extra columns of its
-    rows. A copy, memory-bound; parallel over the planes."""
-    nb, na, h, wd = y.shape
-    for t in prange(nb * na):
-        n, a = t // na, t % na
-        for i in range(h):
-            for j in range(wd):
-                y[n, a, i, j] = sums[n, a, _u(i * w2 + j)]
-
-
-lanes_of = njit(inline="always", cache=True)(_lanes_of)
-tiles_forward = njit(parallel=True, cache=True)(_tiles_forward)
-unpad_rows = njit(parallel=True, cache=True)(_unpad_rows)
 
 
 def _planes_filter(dw, rows, padded, w2, plane, group, accumulate):
@@ -341,23 +221,17 @@ def _views(workspace, b, inputs, outputs, h, w):
 
 
 def _forward(out, source, w, workspace, flipped):
-    """out = the padded-plane convolution of source (see _tiles_forward), in chunks: straight
-    into out where its rows hold a vector (and out is C-contiguous), else through the rows of
-    sums."""
+    """out = the padded-plane convolution of source (_tiles.py's register tiles), in chunks."""
     n, ni, h, wd = source.shape
     na = out.shape[1]
     b = _chunks(n, workspace, conv3x3_forward_need(ni, na, h, wd))
-    direct = wd >= lanes(out.dtype) and out.flags.c_contiguous
+    w2 = wd + 2
+    shifts = (0, 1, 2, w2, w2 + 1, w2 + 2, 2 * w2, 2 * w2 + 1, 2 * w2 + 2)  # tap (p, q)
     for n0 in range(0, n, b):
-        chunk, dst = source[n0 : n0 + b], out[n0 : n0 + b]
+        chunk = source[n0 : n0 + b]
         padded, sums = _views(workspace, chunk.shape[0], ni, na, h, wd)
         spread(padded, chunk, wd + 3, False)
-        if direct:
-            flat = dst.reshape(dst.shape[0], na, h * wd)
-            tiles_forward(flat, padded, w, flipped, h, wd, wd + 2, wd, wd + 2)
-        else:
-            tiles_forward(sums, padded, w, flipped, 1, sums.shape[2], 0, 0, wd + 2)
-            unpad_rows(dst, sums, wd + 2)
+        forward_tiles(out[n0 : n0 + b], padded, sums, w, flipped, w2, shifts)
 
 
 def conv3x3_forward(y, x, w, workspace):

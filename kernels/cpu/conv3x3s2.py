@@ -12,9 +12,9 @@ decomposition makes them contiguous again: split xpad into its four phase planes
 each (OH + 1) x (OW + 1), rows W2 = OW + 1 apart, plus one trailing zero. Tap (p, q) of output
 (i, j) is then phase[p % 2, q % 2][i + p // 2, j + q // 2]: element i*W2 + j of a phase plane,
 shifted by 0, 1, W2 or W2 + 1. So the strided convolution is a sum of four stride-1 ones
-(2x2, 2x1, 1x2 and 1x1 taps) over contiguous planes, and each output row is a vectorised loop
-with nine shifted reads, as in conv3x3 (kernels/cpu/conv3x3.py, whose scheme this follows: its
-docstring says why loops over whole planes, two output planes per loop, pay).
+(2x2, 2x1, 1x2 and 1x1 taps) over contiguous planes. With a channel's four phase planes end
+to end, each tap is one fixed shift from the output pixel's offset, and the forward pass is
+conv3x3's own register tiles (kernels/cpu/_tiles.py) with other shifts.
 
 Backward data is the adjoint: each phase plane of dxpad gathers the taps that read it, a
 stride-1 correlation of dy, padded by one zero row above and one zero column to the left
@@ -30,13 +30,13 @@ dw[o,c,p,q] = sum_n sum_{i,j} dy[n,o,i,j] phase[p%2,q%2][n,c,i+p//2,j+q//2], ove
 laid out W2 apart (zero in the extra column), samples end to end in groups, as conv3x3's.
 
 Workspace: ``conv3x3s2_workspace_per_sample`` elements per sample (kernels/sizes.py): forward,
-the phase planes of x and each output plane's sums (and a spare); backward data, dy's padded
+the phase planes of x and each output plane's sums (_tiles.py); backward data, dy's padded
 planes and the four phase sums of each dx plane (and a spare); backward filter, the phase
 planes of x and dy's rows. The batch runs in chunks of as many samples as the workspace holds;
 backward filter's chunks are whole groups (conv3x3s2_filter_sample_group).
 
 Determinism and non-finite numbers: as in conv3x3. One thread computes each output element in
-an order fixed by the shapes ("contract": fused multiply-adds; backward filter "reassoc"), the
+an order fixed by the shapes (fused multiply-adds; backward filter "reassoc"), the
 forward passes compute each sample alone and backward filter adds fixed sample groups in order,
 so neither the thread count nor the workspace size changes a bit. Backward filter multiplies
 the zeros of the padding and of the extra column with what lies beside them: an infinity in x
@@ -53,9 +53,11 @@ from ..sizes import (
     conv3x3s2_filter_sample_group,
     conv3x3s2_forward_need,
     conv3x3s2_phase_plane,
+    conv3x3s2_sums,
 )
 from ._jit import njit
 from ._phases import rows, split
+from ._tiles import forward_tiles
 from .conv3x3 import CHANNEL_BLOCK, add_sums
 
 # Non-negative indices as unsigned: Numba then drops its negative-index wraparound, which
@@ -78,61 +80,6 @@ def _check(y, x, w):
 
 
 check = njit(cache=True)(_check)
-
-
-def _phases_forward(y, phases, acc, w):
-    """y[n,a,i,j] = sum_{b,p,q} w[a,b,p,q] phase[p%2,q%2][n,b,(i+p//2)*W2+j+q//2].
-
-    Each output plane is summed in acc[n, a] (OH*W2 elements: rows as long as the phase ones,
-    one column never read), two output planes per loop (the spare acc[n, na] partners the last
-    of an odd number), then copied into y. Overwrites y and acc; parallel over pairs of planes."""
-    nb, na, oh, ow = y.shape
-    ni = phases.shape[1]
-    w2 = ow + 1
-    size = oh * w2
-    r1 = _u(w2)
-    pairs = (na + 1) // 2
-    for t in prange(nb * pairs):
-        n = t // pairs
-        a = (t % pairs) * 2
-        a2 = a + 1 if a + 1 < na else a
-        out = acc[n, a]
-        out2 = acc[n, a + 1]
-        for u in range(size):
-            out[u] = 0
-            out2[u] = 0
-        for b in range(ni):
-            f00, f01, f02 = w[a, b, 0, 0], w[a, b, 0, 1], w[a, b, 0, 2]
-            f10, f11, f12 = w[a, b, 1, 0], w[a, b, 1, 1], w[a, b, 1, 2]
-            f20, f21, f22 = w[a, b, 2, 0], w[a, b, 2, 1], w[a, b, 2, 2]
-            g00, g01, g02 = w[a2, b, 0, 0], w[a2, b, 0, 1], w[a2, b, 0, 2]
-            g10, g11, g12 = w[a2, b, 1, 0], w[a2, b, 1, 1], w[a2, b, 1, 2]
-            g20, g21, g22 = w[a2, b, 2, 0], w[a2, b, 2, 1], w[a2, b, 2, 2]
-            ee, eo, oe, oo = phases[n, b, 0], phases[n, b, 1], phases[n, b, 2], phases[n, b, 3]
-            for u in range(size):
-                v = _u(u)
-                x00, x02, x20, x22 = ee[v], ee[v + _u(1)], ee[r1 + v], ee[r1 + v + _u(1)]
-                x01, x21 = eo[v], eo[r1 + v]
-                x10, x12 = oe[v], oe[v + _u(1)]
-                x11 = oo[v]
-                out[v] += (
-                    f00 * x00 + f01 * x01 + f02 * x02
-                    + f10 * x10 + f11 * x11 + f12 * x12
-                    + f20 * x20 + f21 * x21 + f22 * x22
-                )  # fmt: skip
-                out2[v] += (
-                    g00 * x00 + g01 * x01 + g02 * x02
-                    + g10 * x10 + g11 * x11 + g12 * x12
-                    + g20 * x20 + g21 * x21 + g22 * x22
-                )  # fmt: skip
-        for i in range(oh):
-            for j in range(ow):
-                y[n, a, i, j] = out[_u(i * w2 + j)]
-                if a + 1 < na:
-                    y[n, a + 1, i, j] = out2[_u(i * w2 + j)]
-
-
-phases_forward = njit(parallel=True, cache=True, fastmath={"contract"})(_phases_forward)
 
 
 def _taps(w, o, c, real):
@@ -319,15 +266,21 @@ def conv3x3s2_forward(y, x, w, workspace):
     check(y, x, w)
     n, c, h, wd = x.shape
     o, oh, ow = y.shape[1], y.shape[2], y.shape[3]
-    plane = conv3x3s2_phase_plane(oh, ow)
+    plane, sums = conv3x3s2_phase_plane(oh, ow), conv3x3s2_sums(oh, ow)
+    w2 = ow + 1
+    # tap (p, q) reads phase k = 2*(p%2) + q%2 at (p//2)*W2 + q//2: the shift from the start
+    # of the channel's four phase planes, which lie end to end
+    shifts = tuple(
+        (2 * (p % 2) + q % 2) * plane + (p // 2) * w2 + q // 2 for p in range(3) for q in range(3)
+    )
     b = _chunks(n, workspace, conv3x3s2_forward_need(c, o, oh, ow))
     for n0 in range(0, n, b):
         nb = min(b, n - n0)
         phases = workspace[: nb * c * 4 * plane].reshape(nb, c, 4, plane)
-        end = nb * c * 4 * plane + nb * (o + 1) * oh * (ow + 1)
-        acc = workspace[nb * c * 4 * plane : end].reshape(nb, o + 1, oh * (ow + 1))
+        start = nb * c * 4 * plane + sums - oh * w2  # past the room for a short plane's reads
+        acc = workspace[start : start + nb * o * sums].reshape(nb, o, sums)
         split(phases, x[n0 : n0 + nb], False)
-        phases_forward(y[n0 : n0 + nb], phases, acc, w)
+        forward_tiles(y[n0 : n0 + nb], phases.reshape(nb, c, 4 * plane), acc, w, False, w2, shifts)
 
 
 def conv3x3s2_backward_data(dx, dy, w, workspace):

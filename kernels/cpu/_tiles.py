@@ -1,0 +1,164 @@
+"""Register tiles: the forward sums of conv3x3 and conv3x3s2, and conv3x3's backward data.
+
+Both kernels lay their input out so that tap (p, q) of an output pixel is one fixed shift from
+the pixel's own offset in the input's layout: conv3x3's padded planes (shift p*W2 + q, W2 = W
++ 2), conv3x3s2's four phase planes of a channel end to end (shift k*plane + (p//2)*W2 +
+q//2, k = 2*(p%2) + q%2 the phase, W2 = OW + 1). So one kernel computes both:
+
+    y[n, a, pixel] = sum_{b, p, q} w[a, b, p, q] * source[n, b, offset(pixel) + shift_pq]
+
+where offset(i, j) = i*W2 + j. The sums are taken in vector registers (_simd.py): a tile of
+two vectors of consecutive pixels of eight output planes stays in registers while the loop runs
+over every input channel and tap, so each tap's two vector reads feed 16 multiply-adds, and no
+sum goes through memory until the tile is done (a loop over planes, which read and wrote its
+sums at every tap, ran at a half to two thirds of this speed: conv3x3.py's docstring).
+
+Where the output's rows hold a vector (W >= lanes) and the output is C-contiguous, the tiles
+write it directly, the last vector of a row moved back to end at the row's end. Otherwise the
+tiles write each plane's sums in one long row (H rows W2 apart, as the input's), at least a
+vector long, and unpad_rows copies them out: the caller's workspace gives the sums room, and
+room past its last input plane for the reads of a short plane's vector, whose extra lanes are
+never used.
+"""
+
+import numpy as np
+from numba import prange
+
+from ._jit import njit
+from ._simd import VECTOR_BYTES, lanes, vfma, vload, vstore, vzero
+
+# Non-negative indices as unsigned: Numba then drops its negative-index wraparound, which
+# blocks vectorisation (conv.py says more).
+_u = np.uint64
+
+#: The register tile of the forward pass: TILE_VECTORS vectors of output pixels of each of
+#: TILE_PLANES output planes, 16 vector registers of sums (of AVX-512's 32).
+TILE_VECTORS = 2
+TILE_PLANES = 8
+
+
+def _vector_at(v, per_row, width, nl, src_row, dst_row):
+    """(source offset, destination offset) of the v-th vector of sums: row v // per_row, its
+    elements from column min(k * nl, width - nl), k = v % per_row (a row's last vector moves
+    back to end at the row's end, overlapping its neighbour rather than running past it)."""
+    i, k = v // per_row, v % per_row
+    j = min(k * nl, width - nl)
+    return i * src_row + j, i * dst_row + j
+
+
+def _filters(w, a, c, p, q, flipped):
+    """The TILE_PLANES filter taps of output planes a (a tuple) at input channel c, tap (p, q):
+    w[a, c, p, q], or w[c, a, 2-p, 2-q] when flipped (backward data)."""
+    if flipped:
+        return (
+            w[c, a[0], 2 - p, 2 - q], w[c, a[1], 2 - p, 2 - q], w[c, a[2], 2 - p, 2 - q],
+            w[c, a[3], 2 - p, 2 - q], w[c, a[4], 2 - p, 2 - q], w[c, a[5], 2 - p, 2 - q],
+            w[c, a[6], 2 - p, 2 - q], w[c, a[7], 2 - p, 2 - q],
+        )  # fmt: skip
+    return (
+        w[a[0], c, p, q], w[a[1], c, p, q], w[a[2], c, p, q], w[a[3], c, p, q],
+        w[a[4], c, p, q], w[a[5], c, p, q], w[a[6], c, p, q], w[a[7], c, p, q],
+    )  # fmt: skip
+
+
+def _fma_planes(acc, f, x):
+    """acc[k] + f[k] * x for each of the TILE_PLANES planes k: one vector of pixels x, read once,
+    feeds eight sums."""
+    return (
+        vfma(acc[0], f[0], x), vfma(acc[1], f[1], x), vfma(acc[2], f[2], x),
+        vfma(acc[3], f[3], x), vfma(acc[4], f[4], x), vfma(acc[5], f[5], x),
+        vfma(acc[6], f[6], x), vfma(acc[7], f[7], x),
+    )  # fmt: skip
+
+
+def _zeros(a):
+    z = vzero(a)
+    return (z, z, z, z, z, z, z, z)
+
+
+vector_at = njit(inline="always", cache=True)(_vector_at)
+filters = njit(inline="always", cache=True)(_filters)
+fma_planes = njit(inline="always", cache=True)(_fma_planes)
+zeros = njit(inline="always", cache=True)(_zeros)
+
+
+def _tiles_forward(dst, padded, w, flipped, rows, width, src_row, dst_row, shifts):
+    """dst[n,a] at each vector's offset = sum_{b,p,q} f[a,b,p,q] padded[n,b,offset+shift_pq],
+    shift_pq = shifts[3p + q], with f = w (flipped False: a filter, b a channel) or
+    f[a,b,p,q] = w[b,a,2-p,2-q] (flipped True: conv3x3's backward data); each of `rows` rows
+    of `width` sums is read from padded `src_row` apart and written into dst `dst_row` apart
+    (vector_at). Two forms (forward_tiles): dst is the output itself (its rows, no copy), or
+    each plane's sums in one row as long as the padded rows make it (then unpad_rows).
+
+    The register tile: TILE_VECTORS vectors of consecutive sums of TILE_PLANES output planes,
+    16 vectors that stay in registers while the loop runs over every input channel and tap:
+    per tap two vector reads and eight filter taps feed 16 multiply-adds (the old loop read
+    and wrote its sums in memory at each one). With an odd number of vectors the last tile's
+    second vector is its first again, and planes past the last one repeat it: computed, not
+    written. Every sum is one chain of fused multiply-adds over (b, p, q) in that order, from
+    zero, in whichever tile or form it falls: the same bits on any thread count, chunking or
+    CPU. Parallel over tiles; writes dst only."""
+    nb, na = dst.shape[0], dst.shape[1]
+    ni = padded.shape[1]
+    nl = lanes_of(dst)
+    per_row = (width + nl - 1) // nl
+    vectors = rows * per_row
+    tiles = (vectors + TILE_VECTORS - 1) // TILE_VECTORS
+    blocks = (na + TILE_PLANES - 1) // TILE_PLANES
+    for t in prange(nb * blocks * tiles):
+        n = t // (blocks * tiles)
+        a0 = (t // tiles) % blocks * TILE_PLANES
+        v = (t % tiles) * TILE_VECTORS
+        s0, d0 = vector_at(v, per_row, width, nl, src_row, dst_row)
+        s1, d1 = vector_at(min(v + 1, vectors - 1), per_row, width, nl, src_row, dst_row)
+        last = na - 1
+        a = (
+            a0, min(a0 + 1, last), min(a0 + 2, last), min(a0 + 3, last),
+            min(a0 + 4, last), min(a0 + 5, last), min(a0 + 6, last), min(a0 + 7, last),
+        )  # fmt: skip
+        acc0 = zeros(dst)
+        acc1 = zeros(dst)
+        for b in range(ni):
+            src = padded[n, b]
+            for p in range(3):
+                for q in range(3):
+                    f = filters(w, a, b, p, q, flipped)
+                    shift = shifts[p * 3 + q]
+                    acc0 = fma_planes(acc0, f, vload(src, s0 + shift))
+                    acc1 = fma_planes(acc1, f, vload(src, s1 + shift))
+        for k in range(min(TILE_PLANES, na - a0)):
+            vstore(dst[n, a0 + k], d0, acc0[k])
+            vstore(dst[n, a0 + k], d1, acc1[k])
+
+
+def _lanes_of(a):
+    return VECTOR_BYTES // a.itemsize
+
+
+def _unpad_rows(y, sums, w2):
+    """y[n,a,i,j] = sums[n,a,i*W2+j]: each plane's sums without the two extra columns of its
+    rows. A copy, memory-bound; parallel over the planes."""
+    nb, na, h, wd = y.shape
+    for t in prange(nb * na):
+        n, a = t // na, t % na
+        for i in range(h):
+            for j in range(wd):
+                y[n, a, i, j] = sums[n, a, _u(i * w2 + j)]
+
+
+lanes_of = njit(inline="always", cache=True)(_lanes_of)
+tiles_forward = njit(parallel=True, cache=True)(_tiles_forward)
+unpad_rows = njit(parallel=True, cache=True)(_unpad_rows)
+
+
+def forward_tiles(out, padded, sums, w, flipped, src_row, shifts):
+    """out (N, A, H, W) = the tiles' sums over padded (N, B, input layout), straight into out
+    where a row holds a vector and out is C-contiguous, else through sums (N, A, at least
+    max(H * src_row, lanes)) and unpad_rows. Writes out (and sums)."""
+    nb, na, h, wd = out.shape
+    if wd >= lanes(out.dtype) and out.flags.c_contiguous:
+        flat = out.reshape(nb, na, h * wd)
+        tiles_forward(flat, padded, w, flipped, h, wd, src_row, wd, shifts)
+    else:
+        tiles_forward(sums, padded, w, flipped, 1, sums.shape[2], 0, 0, shifts)
+        unpad_rows(out, sums, src_row)
