@@ -17,7 +17,13 @@ The operations, callable from kernels compiled with ``njit``:
 - ``vstore(a, i, v)``: writes them;
 - ``vzero(a)``: a vector of zeros of ``a``'s dtype;
 - ``vfma(acc, s, v)``: ``acc + s * v`` with one rounding per lane (``llvm.fma``), ``s`` a
-  scalar of the same dtype broadcast to every lane.
+  vector or a scalar of the same dtype (broadcast to every lane);
+- ``vadd(u, v)``, ``vmul(u, v)``: lane by lane, ``v`` a vector or a scalar;
+- ``vsplat(s)``: a scalar in every lane;
+- ``vwload(a, i)``: ``lanes(float64)`` elements from ``a.flat[i]``, widened to float64 (the
+  sums of the float32 BatchNorm kernels are float64);
+- ``vsum(v)``: the sum of the lanes, in a fixed tree (the upper half added onto the lower
+  half, until one lane is left).
 
 No bounds are checked, as in any kernel here that uses unsigned indices: the caller makes sure
 ``i + lanes`` stays within the array.
@@ -37,7 +43,10 @@ from numba.core import cgutils, config
 from numba.core.datamodel import models, register_default
 from numba.core.extending import intrinsic, overload
 
-__all__ = ["VECTOR_BYTES", "lanes", "vload", "vstore", "vzero", "vfma"]
+__all__ = [
+    "VECTOR_BYTES", "lanes", "vload", "vstore", "vzero", "vfma",
+    "vwload", "vsplat", "vadd", "vmul", "vsum",
+]  # fmt: skip
 
 
 def _vector_bytes():
@@ -85,6 +94,16 @@ def _element_pointer(context, builder, array_type, array, index):
     return builder.bitcast(builder.gep(data, [index]), vector.as_pointer())
 
 
+def _splat(builder, value, vtype):
+    """`value` in every lane of an LLVM vector of type vtype (a vector is returned as it is)."""
+    if value.type == vtype:
+        return value
+    undef = ir.Constant(vtype, ir.Undefined)
+    first = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vtype.count), None)
+    return builder.shuffle_vector(first, undef, zeros)
+
+
 def _float_array(a):
     return isinstance(a, types.Array) and a.dtype in (types.float32, types.float64)
 
@@ -130,17 +149,14 @@ def _vzero(typingctx, a):
 
 @intrinsic
 def _vfma(typingctx, acc, s, v):
-    if not (isinstance(acc, Vector) and v == acc and s == acc.dtype):
+    if not (isinstance(acc, Vector) and v == acc and s in (acc, acc.dtype)):
         return None
     sig = acc(acc, s, v)
 
     def codegen(context, builder, signature, args):
-        total, scalar, vector = args
+        total, factor, vector = args
         vtype = vector.type
-        undef = ir.Constant(vtype, ir.Undefined)
-        first = builder.insert_element(undef, scalar, ir.Constant(ir.IntType(32), 0))
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), vtype.count), None)
-        broadcast = builder.shuffle_vector(first, undef, zeros)  # the scalar in every lane
+        broadcast = _splat(builder, factor, vtype)
         suffix = f"v{vtype.count}f{acc.dtype.bitwidth}"
         fma = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(vtype, [vtype] * 3), f"llvm.fma.{suffix}"
@@ -164,7 +180,7 @@ def vzero(a):
 
 
 def vfma(acc, s, v):
-    exact = np.float64(s) * v.astype(np.float64) + acc.astype(np.float64)
+    exact = np.asarray(s, np.float64) * v.astype(np.float64) + acc.astype(np.float64)
     return exact.astype(acc.dtype)
 
 
@@ -186,3 +202,123 @@ def _vzero_overload(a):
 @overload(vfma, inline="always")
 def _vfma_overload(acc, s, v):
     return lambda acc, s, v: _vfma(acc, s, v)
+
+
+@intrinsic
+def _vwload(typingctx, a, i):
+    if not (_float_array(a) and isinstance(i, types.Integer)):
+        return None
+    sig = Vector(types.float64)(a, i)
+
+    def codegen(context, builder, signature, args):
+        wide = context.get_value_type(signature.return_type)
+        narrow = ir.VectorType(context.get_value_type(a.dtype), wide.count)
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        pointer = builder.bitcast(builder.gep(data, [args[1]]), narrow.as_pointer())
+        loaded = builder.load(pointer, align=a.dtype.bitwidth // 8)
+        return loaded if narrow == wide else builder.fpext(loaded, wide)
+
+    return sig, codegen
+
+
+@intrinsic
+def _vsplat(typingctx, s):
+    if s not in (types.float32, types.float64):
+        return None
+    sig = Vector(s)(s)
+
+    def codegen(context, builder, signature, args):
+        return _splat(builder, args[0], context.get_value_type(signature.return_type))
+
+    return sig, codegen
+
+
+def _binary(name):
+    """An intrinsic for the LLVM instruction `name` ("fadd", "fmul") of two vectors, or of a
+    vector and a scalar of its dtype (the scalar in every lane)."""
+
+    @intrinsic
+    def operation(typingctx, u, v):
+        if not (isinstance(u, Vector) and v in (u, u.dtype)):
+            return None
+        sig = u(u, v)
+
+        def codegen(context, builder, signature, args):
+            left, right = args
+            return getattr(builder, name)(left, _splat(builder, right, left.type))
+
+        return sig, codegen
+
+    return operation
+
+
+_vadd, _vmul = _binary("fadd"), _binary("fmul")
+
+
+@intrinsic
+def _vsum(typingctx, v):
+    if not isinstance(v, Vector):
+        return None
+    sig = v.dtype(v)
+
+    def codegen(context, builder, signature, args):
+        (total,) = args
+        count = total.type.count
+        while count > 1:  # the upper half added onto the lower half, until one lane is left
+            half = count // 2
+            index = ir.VectorType(ir.IntType(32), half)
+            low = builder.shuffle_vector(total, total, ir.Constant(index, list(range(half))))
+            upper = list(range(half, count))
+            high = builder.shuffle_vector(total, total, ir.Constant(index, upper))
+            total = builder.fadd(low, high)
+            count = half
+        return builder.extract_element(total, ir.Constant(ir.IntType(32), 0))
+
+    return sig, codegen
+
+
+def vwload(a, i):
+    return a.reshape(-1)[i : i + lanes(np.float64)].astype(np.float64)
+
+
+def vsplat(s):
+    return np.full(lanes(type(s)), s)
+
+
+def vadd(u, v):
+    return u + v
+
+
+def vmul(u, v):
+    return u * v
+
+
+def vsum(v):
+    while v.size > 1:
+        v = v[: v.size // 2] + v[v.size // 2 :]
+    return v[0]
+
+
+@overload(vwload, inline="always")
+def _vwload_overload(a, i):
+    return lambda a, i: _vwload(a, i)
+
+
+@overload(vsplat, inline="always")
+def _vsplat_overload(s):
+    return lambda s: _vsplat(s)
+
+
+@overload(vadd, inline="always")
+def _vadd_overload(u, v):
+    return lambda u, v: _vadd(u, v)
+
+
+@overload(vmul, inline="always")
+def _vmul_overload(u, v):
+    return lambda u, v: _vmul(u, v)
+
+
+@overload(vsum, inline="always")
+def _vsum_overload(v):
+    return lambda v: _vsum(v)

@@ -18,9 +18,9 @@ The bits contract: every output (and the saved and running statistics) is bit fo
 chain's, on any number of threads. Each value is formed by the same expression, rounded to the
 array's dtype at the same point (a BN output is stored, read back and then clipped, as the chain
 stores y and its ReLU reads it), and every sum is taken in the same order with the same float64
-accumulators: the statistics by batchnorm.py's own channel sums, the gradient sums by the same
-four chains as batchnorm.channel_gradient_sums (masked on the fly), the bias gradients by the
-same single chain as reduce.py's. ReLU is ``0 if v < 0 else v`` (NaN passes, -0.0 stays), its
+accumulators: the statistics and the gradient sums by batchnorm.py's own channel sums (on
+dy masked by the kernel itself, channel by channel), the bias gradients by the same single
+chain as reduce.py's. ReLU is ``0 if v < 0 else v`` (NaN passes, -0.0 stays), its
 gradient ``dy if y > 0 else 0``. Arrays are C-contiguous, of one dtype (the planner's are).
 
 Why it is faster: each kernel of a chain makes a pass over the whole tensor, through memory,
@@ -30,8 +30,8 @@ cache, and BatchNorm's passes run channel by channel, so that a channel's second
 from the cache:
 
     BatchNorm2d + ReLU, forward     reads x twice (statistics) and once more, writes z: no y
-    BatchNorm2d + ReLU, backward    pass 1 reads dz, z, x, writes dy and sums; pass 2 reads
-                                    x, dy (cached), writes dx; the chain's ReLU pass is gone
+    BatchNorm2d + ReLU, backward    per channel: the mask writes dy, the sums and dx read
+                                    it back from the cache; no pass of its own for the ReLU
     bias + ReLU, forward            one read and one write of y instead of two each
     ReLU backward + bias_grad_nchw  dy written but not read back: the sum takes each value
                                     as it is made
@@ -41,88 +41,28 @@ Memory: nothing allocated, no workspace; and the graph no longer holds the inter
 s; dy for BN + ReLU), which the fusion pass removes from the plan.
 """
 
-import math
-
 from numba import prange
 
 from ._jit import by_size, njit
-from .batchnorm import channel_squared_deviations, channel_sum, check_bn
+from .batchnorm import channel_gradient_sums, check_bn, planes, statistics
 from .elementwise import same_buffer
 from .reduce import sum_rows
 
 
-def _planes(a):
-    """a (N, C, H, W) as (N, C, H*W), each plane one row: a view (a must be C-contiguous).
-
-    The elementwise loops run over whole planes. A loop over one 8-value row of an 8x8
-    plane never reaches the vector loop (it takes 8 or 16 float32 a step, unrolled): such
-    short loops made the fused kernels slower than the chain, whose ReLU is one loop over
-    the whole tensor."""
-    n, c, h, w = a.shape
-    return a.reshape(n, c, h * w)
-
-
-planes = njit(inline="always", cache=True)(_planes)
-
-
-def _mask_at(dy, dz, z, v, zero):
-    """dy[v] = (dz[v] where z[v] > 0, else 0), returned: relu_backward's expression, with
-    both loads before the test and `zero` of dz's dtype, so that the test is a select, not
-    a branch (a branch on a random mask mispredicts every other value: 3 times slower)."""
-    d, t = dz[v], z[v]
-    a = d if t > 0 else zero
-    dy[v] = a
-    return a
+def _mask_channel(dy3, dz3, z3, ci):
+    """dy[:, ci] = (dz where z > 0, else 0): relu_backward's expression, plane by plane; dy
+    may be dz (each value is read before it is written). Both loads come before the test and
+    the zero is of dz's dtype, so the test is a select, not a branch (a branch on a random
+    mask mispredicts every other value: 3 times slower)."""
+    zero = dz3.dtype.type(0)
+    for b in range(dz3.shape[0]):
+        dyp, dzp, zp = dy3[b, ci], dz3[b, ci], z3[b, ci]
+        for v in range(dzp.shape[0]):
+            d, t = dzp[v], zp[v]
+            dyp[v] = d if t > 0 else zero
 
 
-mask_at = njit(inline="always", cache=True)(_mask_at)
-
-
-def _masked_gradient_sums(dy, dz, z, x, ci, mean, invstd):
-    """batchnorm.channel_gradient_sums(dy, x, ci, mean, invstd) of dy = (dz where z > 0,
-    else 0), written to dy on the way: the same four chains, the same additions in the same
-    order. dy may be dz (each value is read before it is overwritten)."""
-    n, c, h, w = x.shape
-    zero = dz.dtype.type(0)
-    g0 = g1 = g2 = g3 = 0.0
-    p0 = p1 = p2 = p3 = 0.0
-    for b in range(n):
-        for u in range(h):
-            dyr, dzr, zr, xr = dy[b, ci, u], dz[b, ci, u], z[b, ci, u], x[b, ci, u]
-            v = 0
-            while v + 4 <= w:
-                a0 = mask_at(dyr, dzr, zr, v, zero)
-                a1 = mask_at(dyr, dzr, zr, v + 1, zero)
-                a2 = mask_at(dyr, dzr, zr, v + 2, zero)
-                a3 = mask_at(dyr, dzr, zr, v + 3, zero)
-                g0 += a0
-                g1 += a1
-                g2 += a2
-                g3 += a3
-                p0 += a0 * ((xr[v] - mean) * invstd)
-                p1 += a1 * ((xr[v + 1] - mean) * invstd)
-                p2 += a2 * ((xr[v + 2] - mean) * invstd)
-                p3 += a3 * ((xr[v + 3] - mean) * invstd)
-                v += 4
-            while v < w:
-                a0 = mask_at(dyr, dzr, zr, v, zero)
-                g0 += a0
-                p0 += a0 * ((xr[v] - mean) * invstd)
-                v += 1
-    return (g0 + g1) + (g2 + g3), (p0 + p1) + (p2 + p3)
-
-
-masked_gradient_sums = njit(inline="always", cache=True)(_masked_gradient_sums)
-
-
-def _statistics(x, ci, m, eps):
-    """(mean, invstd, biased variance) of channel ci, as batchnorm2d_forward_train makes them."""
-    mean = channel_sum(x, ci) / m
-    var = channel_squared_deviations(x, ci, mean) / m
-    return mean, 1.0 / math.sqrt(var + eps), var
-
-
-statistics = njit(inline="always", cache=True)(_statistics)
+mask_channel = njit(inline="always", cache=True)(_mask_channel)
 
 
 def _normalise_channel(z3, x3, r3, ci, mean, scale, shift, residual):
@@ -176,7 +116,7 @@ def _batchnorm2d_relu_forward_train(
     m = n * h * w
     z3, x3 = planes(z), planes(x)
     for ci in prange(c):
-        mean, invstd, var = statistics(x, ci, m, eps)
+        mean, invstd, var = statistics(x3, ci, m, eps)
         normalise_channel(z3, x3, x3, ci, mean, gamma[ci] * invstd, beta[ci], False)
         saved_mean[ci] = mean
         saved_invstd[ci] = invstd
@@ -194,7 +134,7 @@ def _batchnorm2d_add_relu_forward_train(
     m = n * h * w
     z3, x3, r3 = planes(z), planes(x), planes(r)
     for ci in prange(c):
-        mean, invstd, var = statistics(x, ci, m, eps)
+        mean, invstd, var = statistics(x3, ci, m, eps)
         normalise_channel(z3, x3, r3, ci, mean, gamma[ci] * invstd, beta[ci], True)
         saved_mean[ci] = mean
         saved_invstd[ci] = invstd
@@ -223,8 +163,10 @@ def _batchnorm2d_add_relu_forward_apply(z, x, gamma, beta, r, saved_mean, saved_
 def _backward(dx, dgamma, dbeta, ds, dz, z, x, gamma, saved_mean, saved_invstd, write_ds):
     """dy = (dz where z > 0, else 0), then batchnorm2d_backward's dx, dgamma, dbeta from dy.
 
-    Channel by channel, two passes where the chain makes three: the first reads dz, z and x,
-    stores dy and sums; the second reads x and dy, from the cache, and writes dx. dy goes to
+    Channel by channel, where the chain makes three passes over the whole tensor: the mask
+    reads dz and z and stores dy, the sums read dy and x, from the cache, and the last loop
+    reads them again and writes dx; the sums are batchnorm.channel_gradient_sums itself, so
+    the bits are the chain's. dy goes to
     ds when `write_ds` (ds may be dz: each value of dz is read before it is overwritten),
     else to dx, which the second pass overwrites in place (dx = k * (m * dy - ...))."""
     check_bn(dx, x, gamma)
@@ -239,11 +181,12 @@ def _backward(dx, dgamma, dbeta, ds, dz, z, x, gamma, saved_mean, saved_invstd, 
     dy = ds if write_ds else dx
     n, c, h, w = x.shape
     m = n * h * w
-    dx3, dy3, x3 = planes(dx), planes(dy), planes(x)
+    dx3, dy3, dz3, z3, x3 = planes(dx), planes(dy), planes(dz), planes(z), planes(x)
     for ci in prange(c):
         mean = saved_mean[ci]
         invstd = saved_invstd[ci]
-        sdy, sdyx = masked_gradient_sums(dy, dz, z, x, ci, mean, invstd)
+        mask_channel(dy3, dz3, z3, ci)
+        sdy, sdyx = channel_gradient_sums(dy3, x3, ci, mean, invstd)
         dbeta[ci] = sdy
         dgamma[ci] = sdyx
         k = gamma[ci] * invstd / m
@@ -302,7 +245,7 @@ def _relu_backward_bias_grad_nchw(dy, db, dz, z):
         raise ValueError(
             "relu_backward_bias_grad_nchw: dy, dz, z must share one (N, C, H, W) shape, db (C,)"
         )
-    zero = dz.dtype.type(0)  # a select, not a branch (_masked_gradient_sums says why)
+    zero = dz.dtype.type(0)  # a select, not a branch (_mask_channel says why)
     dy3, dz3, z3 = planes(dy), planes(dz), planes(z)
     for ci in prange(c):
         s = 0.0

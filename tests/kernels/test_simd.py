@@ -13,7 +13,18 @@ import pytest
 
 from nnmem.kernels.cpu import _simd
 from nnmem.kernels.cpu._jit import njit
-from nnmem.kernels.cpu._simd import lanes, vfma, vload, vstore, vzero
+from nnmem.kernels.cpu._simd import (
+    lanes,
+    vadd,
+    vfma,
+    vload,
+    vmul,
+    vsplat,
+    vstore,
+    vsum,
+    vwload,
+    vzero,
+)
 
 needs_jit = pytest.mark.skipif(numba.config.DISABLE_JIT, reason="NUMBA_DISABLE_JIT: no compiling")
 
@@ -27,8 +38,19 @@ def _zeros_stored(out, i):
     vstore(out, i, vzero(out))
 
 
+def _wide_sums(out, a, i, s):
+    """The float64 operations of BatchNorm's sums on the vector of a from element i: out[0] =
+    vsum(widened), out[1] = vsum(widened * s + s), out[2] = vsum of the fma of the vector with
+    itself onto vsplat(s)."""
+    v = vwload(a, i)
+    out[0] = vsum(v)
+    out[1] = vsum(vadd(vmul(v, s), s))
+    out[2] = vsum(vfma(vsplat(s), v, v))
+
+
 fma_then_store = njit()(_fma_then_store)
 zeros_stored = njit()(_zeros_stored)
+wide_sums = njit()(_wide_sums)
 
 
 def test_a_vector_is_one_register_of_the_cpu():
@@ -62,10 +84,31 @@ def test_load_fma_store_zero_against_numpy(rng, dtype):
     np.testing.assert_array_equal(out[n:], np.zeros(n, dtype))
 
 
+@needs_jit
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_widened_sums_in_a_fixed_tree(rng, dtype):
+    """vwload widens to float64 exactly; vsum adds the upper half onto the lower half until one
+    lane is left, as the Python form does (the same bits), which is not left to right."""
+    n = lanes(np.float64)
+    a = rng.standard_normal(n + 3).astype(dtype)
+    s = 0.3
+    out = np.empty(3)
+    wide_sums(out, a, 3, s)
+    v = a[3:].astype(np.float64)
+    np.testing.assert_array_equal(out[:2], [_simd.vsum(v), _simd.vsum(v * s + s)])
+    np.testing.assert_allclose(out[2], _simd.vsum(s + v * v), rtol=1e-15)  # fma: one rounding
+    tree = np.array([2.0**53, 1.0, -(2.0**53), 1.0] * (n // 4))  # (2^53 - 2^53) + (1 + 1) = 2
+    out_tree = np.empty(3)
+    wide_sums(out_tree, tree, 0, 0.0)
+    assert out_tree[0] == _simd.vsum(tree) == 2.0 * (n // 4)
+    assert sum(tree.tolist()) != out_tree[0]  # left to right loses the ones
+
+
 def test_the_register_tiles_run_as_python(tmp_path):
-    """NUMBA_DISABLE_JIT=1: conv3x3's forward and backward data, tiles and vector operations all
-    plain Python (one tile straight into y, one through the rows of sums), give the compiled
-    kernels' numbers (float64: to the last bits of two roundings)."""
+    """NUMBA_DISABLE_JIT=1: conv3x3's forward and backward data (one tile straight into y, one
+    through the rows of sums) and BatchNorm's forward and backward, vector operations all plain
+    Python, give the compiled kernels' numbers (float64: to the last bits of two roundings;
+    float32 to its precision)."""
     code = """
         import numpy as np, sys
         import nnmem.kernels.cpu as K
@@ -81,6 +124,15 @@ def test_the_register_tiles_run_as_python(tmp_path):
             K.conv3x3_backward_data(dx, dy, wt, ws)
             np.save(sys.argv[1] + f"/y{h}.npy", y)
             np.save(sys.argv[1] + f"/dx{h}.npy", dx)
+        x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)  # BatchNorm's float64 sums
+        ones, zeros = np.ones(3, np.float32), np.zeros(3, np.float32)
+        y, mean, invstd = np.empty_like(x), np.empty(3, np.float32), np.empty(3, np.float32)
+        running = zeros.copy(), ones.copy()
+        K.batchnorm2d_forward_train(y, mean, invstd, *running, x, ones, zeros, 0.9, 1e-5)
+        dx, dg, db = np.empty_like(x), np.empty(3, np.float32), np.empty(3, np.float32)
+        K.batchnorm2d_backward(dx, dg, db, y, x, ones, mean, invstd)
+        for name, a in (("bn_y", y), ("bn_mean", mean), ("bn_dx", dx), ("bn_dg", dg)):
+            np.save(sys.argv[1] + f"/{name}.npy", a)
     """
     results = {}
     for jit in ("0", "1"):
@@ -96,6 +148,7 @@ def test_the_register_tiles_run_as_python(tmp_path):
         )
         assert run.returncode == 0, run.stderr
         results[jit] = {p.name: np.load(p) for p in folder.iterdir()}
-    assert len(results["0"]) == 4
+    assert len(results["0"]) == 8
     for name, compiled in results["0"].items():
-        np.testing.assert_allclose(results["1"][name], compiled, rtol=1e-13, atol=1e-13)
+        tolerance = 1e-6 if name.startswith("bn") else 1e-13  # float32 outputs
+        np.testing.assert_allclose(results["1"][name], compiled, rtol=tolerance, atol=tolerance)
