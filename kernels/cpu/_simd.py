@@ -28,8 +28,10 @@ The operations, callable from kernels compiled with ``njit``:
 No bounds are checked, as in any kernel here that uses unsigned indices: the caller makes sure
 ``i + lanes`` stays within the array.
 
-Bits: a lane's sum is the same chain of fused multiply-adds whatever the vector width, so a
-kernel built from these gives the same numbers on every x86 CPU. With ``NUMBA_DISABLE_JIT=1``
+Bits: where each lane keeps a sum of its own (the convolutions' register tiles), a lane's sum
+is the same chain of fused multiply-adds whatever the vector width: the same numbers on every
+x86 CPU. Where the lanes are added together (vsum: BatchNorm's sums), the tree follows the
+width, so an AVX2 machine and an AVX-512 one differ in the last bits. With ``NUMBA_DISABLE_JIT=1``
 (kernels run as Python, for debugging) the operations are NumPy arrays of ``lanes`` elements,
 and ``vfma`` computes in float64 and rounds once (a float32 product is exact in float64, so
 only the rare double rounding of the sum can differ from the compiled fma; float64 inputs round
@@ -168,7 +170,12 @@ def _vfma(typingctx, acc, s, v):
 
 # The Python forms (NUMBA_DISABLE_JIT=1) and, through overload, the compiled ones.
 def vload(a, i):
-    return a.reshape(-1)[i : i + lanes(a.dtype)].copy()
+    # lanes past the end of the array are zeros here, whatever lies there in memory: the
+    # compiled kernels read them (a short plane's vector) and never use them
+    out = np.zeros(lanes(a.dtype), a.dtype)
+    part = a.reshape(-1)[i : i + out.size]
+    out[: part.size] = part
+    return out
 
 
 def vstore(a, i, v):
@@ -278,7 +285,7 @@ def _vsum(typingctx, v):
 
 
 def vwload(a, i):
-    return a.reshape(-1)[i : i + lanes(np.float64)].astype(np.float64)
+    return a.reshape(-1)[i : i + lanes(np.float64)].astype(np.float64)  # within a row: full
 
 
 def vsplat(s):

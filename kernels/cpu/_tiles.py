@@ -17,8 +17,8 @@ Where the output's rows hold a vector (W >= lanes) and the output is C-contiguou
 write it directly, the last vector of a row moved back to end at the row's end. Otherwise the
 tiles write each plane's sums in one long row (H rows W2 apart, as the input's), at least a
 vector long, and unpad_rows copies them out: the caller's workspace gives the sums room, and
-room past its last input plane for the reads of a short plane's vector, whose extra lanes are
-never used.
+room for the reads of a short plane's vector past the plane (conv3x3: zeros in every padded
+plane; conv3x3s2: room after the last phase plane), whose extra lanes are never used.
 """
 
 import numpy as np

@@ -63,7 +63,8 @@ def _channel_sum(x3, ci):
 
 
 def _channel_squared_deviations(x3, ci, mean):
-    """sum of (x[:, ci] - mean)^2 (float64), each square added with one rounding (fma)."""
+    """sum of (x[:, ci] - mean)^2 (float64); the vector lanes add each square with one
+    rounding (fma), the plane's tail with two."""
     nl = WIDE
     a0 = a1 = vsplat(0.0)
     tail = 0.0
@@ -84,7 +85,7 @@ def _channel_squared_deviations(x3, ci, mean):
 
 def _channel_gradient_sums(dy3, x3, ci, mean, invstd):
     """(sum of dy[:, ci], sum of dy[:, ci] * xhat) with xhat = (x - mean) * invstd, all in
-    float64 (the saved statistics of a float32 BN are float32)."""
+    float64 (a caller may save the statistics in x's dtype)."""
     nl = WIDE
     mean, invstd = np.float64(mean), np.float64(invstd)
     g0 = g1 = p0 = p1 = vsplat(0.0)

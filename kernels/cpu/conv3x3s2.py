@@ -1,4 +1,4 @@
-"""3x3 convolutions with stride 2 and padding 1 (ResNet's downsampling): loops over phase planes.
+"""3x3 convolutions with stride 2 and padding 1 (ResNet's downsampling): on phase planes.
 
 y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] xpad[n,c,2i+p,2j+q], with xpad x padded by one zero pixel
 before (and as many after as the windows need); the output is OH x OW = ceil(H/2) x ceil(W/2).

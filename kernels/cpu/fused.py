@@ -168,7 +168,7 @@ def _backward(dx, dgamma, dbeta, ds, dz, z, x, gamma, saved_mean, saved_invstd, 
     reads them again and writes dx; the sums are batchnorm.channel_gradient_sums itself, so
     the bits are the chain's. dy goes to
     ds when `write_ds` (ds may be dz: each value of dz is read before it is overwritten),
-    else to dx, which the second pass overwrites in place (dx = k * (m * dy - ...))."""
+    else to dx, which the last loop overwrites in place (dx = k * (m * dy - ...))."""
     check_bn(dx, x, gamma)
     check_bn(dz, x, gamma)
     check_bn(z, x, gamma)

@@ -3,7 +3,7 @@
 Algorithms: "gemm" (im2col + one large matrix product per sample group: needs a workspace),
 "direct" (loops, no workspace), and three of one geometry each (kernels/sizes.py's
 SPECIALISED), which skip im2col and keep what they need in the same workspace: "conv3x3" (3x3,
-stride 1, padding 1: loops over padded planes, kernels/cpu/conv3x3.py), "conv3x3s2" (the same
+stride 1, padding 1: register tiles on padded planes, kernels/cpu/conv3x3.py), "conv3x3s2" (the same
 with stride 2, over phase planes: conv3x3s2.py) and "conv1x1" (one GEMM per sample on x's own
 planes: conv1x1.py). With algorithm="auto" (SuperNeurons 3.5) each pass follows the memory free
 at its step, and its numbers never do. A first candidate, picked by the geometry (on a CPU, and

@@ -106,7 +106,8 @@ def test_widened_sums_in_a_fixed_tree(rng, dtype):
 
 def test_the_register_tiles_run_as_python(tmp_path):
     """NUMBA_DISABLE_JIT=1: conv3x3's forward and backward data (one tile straight into y, one
-    through the rows of sums) and BatchNorm's forward and backward, vector operations all plain
+    through the rows of sums), conv3x3s2's forward on a short plane and BatchNorm's forward
+    and backward, vector operations all plain
     Python, give the compiled kernels' numbers (float64: to the last bits of two roundings;
     float32 to its precision)."""
     code = """
@@ -124,6 +125,12 @@ def test_the_register_tiles_run_as_python(tmp_path):
             K.conv3x3_backward_data(dx, dy, wt, ws)
             np.save(sys.argv[1] + f"/y{h}.npy", y)
             np.save(sys.argv[1] + f"/dx{h}.npy", dx)
+        x = rng.standard_normal((2, 3, 3, 5))  # conv3x3s2: a short plane's vector past it
+        wt = rng.standard_normal((9, 3, 3, 3))
+        y = np.empty((2, 9, 2, 3))
+        ws = np.empty(2 * sizes.conv3x3s2_workspace_per_sample(3, 9, 3, 5))
+        K.conv3x3s2_forward(y, x, wt, ws)
+        np.save(sys.argv[1] + "/s2_y.npy", y)
         x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)  # BatchNorm's float64 sums
         ones, zeros = np.ones(3, np.float32), np.zeros(3, np.float32)
         y, mean, invstd = np.empty_like(x), np.empty(3, np.float32), np.empty(3, np.float32)
@@ -148,7 +155,7 @@ def test_the_register_tiles_run_as_python(tmp_path):
         )
         assert run.returncode == 0, run.stderr
         results[jit] = {p.name: np.load(p) for p in folder.iterdir()}
-    assert len(results["0"]) == 8
+    assert len(results["0"]) == 9
     for name, compiled in results["0"].items():
         tolerance = 1e-6 if name.startswith("bn") else 1e-13  # float32 outputs
         np.testing.assert_allclose(results["1"][name], compiled, rtol=tolerance, atol=tolerance)
