@@ -121,7 +121,8 @@ def main():
     print("\n3. speed, images/second (best of alternating windows, each runner its own process)")
     for name in ("mlp", "cnn"):
         runners = ("nnmem_eager", "nnmem_graph", "pytorch")
-        r = best_windows(measure(name, runners, args.windows, args.seconds, warmup=3))
+        speeds, _ = measure(name, runners, args.windows, args.seconds, warmup=3)
+        r = best_windows(speeds)
         r["ratio_graph_vs_eager"] = r["nnmem_graph"] / r["nnmem_eager"]
         if "pytorch" in r:
             r["ratio_graph_vs_pytorch"] = r["nnmem_graph"] / r["pytorch"]

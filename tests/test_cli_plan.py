@@ -19,6 +19,7 @@ from nnmem.cli.arguments import format_shape
 from nnmem.cli.plan_table import size_format
 from nnmem.memory import OutOfMemory, format_bytes
 from nnmem.models import create_model
+from nnmem.planning import plan as plan_step
 
 # -- plan's defaults are the step train runs ----------------------------------------------------
 
@@ -280,3 +281,22 @@ def test_find_batch_says_which_technique_it_searched_under(capsys):
     header, rows = table(out)
     smallest = min(rows, key=lambda row: in_bytes(row[1]))
     assert said[2] == smallest[0]
+
+
+def test_the_fusion_line_says_lower_or_higher_never_a_negative_saving(capsys):
+    """The fusion line's liveness figure is the unfused peak less the fused one, said as
+    "lower" or, where the fused step's greedy layout lands above the unfused one's (ResNet-20
+    at batch 32, by 143 KiB), as "higher": never a negative amount."""
+    argv = ["plan", "--model", "resnet", "--depth", "20", "--input", "3x32x32"]
+    assert main(argv + ["--batch-size", "32"]) == 0
+    line = next(s for s in capsys.readouterr().out.splitlines() if "fusion:" in s)
+    said = re.search(r"liveness peak (\d[\d.]* [KM]?i?B) (lower|higher) than unfused$", line)
+    assert said, line
+    peaks = [
+        plan_step(create_model("resnet", depth=20, num_channels=3), (32, 3, 32, 32), fuse=fuse)
+        .techniques[1]  # liveness
+        .peak_bytes
+        for fuse in (True, False)
+    ]
+    assert said.group(2) == ("higher" if peaks[0] > peaks[1] else "lower")
+    assert said.group(1) == format_bytes(abs(peaks[1] - peaks[0]))

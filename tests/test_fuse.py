@@ -130,3 +130,27 @@ def test_fuse_must_be_a_bool():
     tx = tensor.PlaceHolder((2, 1, 28, 28), dev)
     with pytest.raises(TypeError, match="fuse=1"):
         create_model("cnn").compile([tx], use_graph=True, fuse=1)
+
+
+def test_the_pass_keeps_its_readers_and_writers_tables_as_a_fresh_index(resnet_data, monkeypatch):
+    """replace() updates only the lists of the blocks a chain's nodes read or write (a scan of
+    every list at each fusion made the pass quadratic): after every fusion the tables list the
+    slots that indexing the slots afresh lists (in slot order there; the order is not used)."""
+    from nnmem.graph import fuse as fuse_module
+
+    checked = []
+    original = fuse_module._Step.replace
+
+    def checked_replace(step, chain, target, fused):
+        original(step, chain, target, fused)
+        fresh = fuse_module._Step([n for n in step.slots if n is not None])
+        # the fresh index numbers the slots that are left 0, 1, ...; map them back
+        where = [i for i, n in enumerate(step.slots) if n is not None]
+        for table, again in ((step.readers, fresh.readers), (step.writers, fresh.writers)):
+            kept = {key: sorted(users) for key, users in table.items() if users}
+            assert kept == {key: [where[u] for u in users] for key, users in again.items()}
+        checked.append(chain)
+
+    monkeypatch.setattr(fuse_module._Step, "replace", checked_replace)
+    train(create_model("resnet", **RESNET), resnet_data, use_graph=True)
+    assert len(checked) == 14  # ResNet-8's fusions (2 * 4 + 2 * 3), each checked

@@ -61,10 +61,12 @@ def print_plan(step, budget):
     fusion = step.fusion
     if fusion.chains:
         chains = ", ".join(f"{op} {count}" for op, count in sorted(fusion.chains.items()))
+        saved = fusion.saved_bytes  # negative where the fused layout lands above the unfused
+        than = "lower" if saved >= 0 else "higher"
         print(
             f"  fusion: {sum(fusion.chains.values())} kernel calls in place of chains ({chains}); "
             f"{fusion.removed} intermediate tensors fewer; liveness peak "
-            f"{format_bytes(fusion.saved_bytes)} lower than unfused"
+            f"{format_bytes(abs(saved))} {than} than unfused"
         )
     width = max(11, *(len(size(s)) for s in sizes))
     budget_column = "" if budget is None else f"budget {size(budget)}".ljust(len("does not fit"))

@@ -119,13 +119,21 @@ class _Step:
         return True
 
     def replace(self, chain, target, fused):
-        """Put `fused` at slot `target` and empty the chain's other slots."""
+        """Put `fused` at slot `target` and empty the chain's other slots. A slot is listed
+        only under the blocks its node reads or writes, so only those lists change: scanning
+        every block's list at each fusion made the pass quadratic in the step's length
+        (ResNet-2669 at 224x224: minutes of a 4-minute plan)."""
+        touched = {
+            id(s.block) for i in chain for s in (*self.slots[i].reads, *self.slots[i].writes)
+        }
         for i in chain:
             self.slots[i] = None
         self.slots[target] = fused
         for table in (self.readers, self.writers):
-            for users in table.values():
-                users[:] = [u for u in users if u not in chain]
+            for key in touched:
+                users = table.get(key)
+                if users is not None:
+                    users[:] = [u for u in users if u not in chain]
         self._index(target, fused)
 
 
