@@ -1,6 +1,7 @@
 """The convolution kernels one pass at a time: GFLOP/s of each algorithm on ResNet's shapes.
 
     python bench/conv.py [--shapes 32,16,32,16,1 ...] [--repeats 7] [--json out.json]
+    python bench/conv.py --in-step resnet20 [--steps 10] [--repeats 7] [--json out.json]
 
 A shape is N,C,H,O,S[,K]: batch, channels, height = width, filters, stride, and the filters'
 size K, 3 (padding 1) or 1 (no padding); 3 when left out. The defaults are ResNet-20's at batch
@@ -16,6 +17,11 @@ runs after one that may compile; GFLOP/s counts 2 * N * O * OH * OW * C * K^2 fl
 operations a pass. For a yardstick
 the script also times OpenBLAS's sgemm on one thread (1024 x 1024 x 1024): this machine's
 peak is about that figure times the number of cores. The last line is the JSON.
+
+--in-step CASE measures instead every convolution pass of one compiled training step of a
+train.py case (resnet20, cnn, ...) inside the step and alone, on the same arrays, with the
+floors each pass at least 90% of its speed alone there, and conv3x3's at least 75% of the
+peak (conv_step.py says how).
 """
 
 import argparse
@@ -31,7 +37,8 @@ from nnmem.kernels import sizes
 from nnmem.kernels.cpu import blas
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train import emit_json  # noqa: E402
+import conv_step  # noqa: E402
+from train import CASES, emit_json  # noqa: E402
 
 RESNET20 = ["32,16,32,16,1", "32,32,16,32,1", "32,64,8,64,1", "32,16,32,32,2", "32,32,16,64,2"]
 RESNET20 += ["32,16,32,32,2,1"]
@@ -143,11 +150,35 @@ def main():
     )
     parser.add_argument("--repeats", type=positive_int, default=7)
     parser.add_argument("--json", type=output_file, help="also write the JSON to this file")
+    parser.add_argument(
+        "--in-step",
+        choices=list(CASES),
+        help="time the convolution passes of this train.py case's step, in it and alone",
+    )
+    parser.add_argument("--steps", type=positive_int, default=10, help="steps timed (--in-step)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     peak = sgemm_one_thread(args.repeats)
     if peak is not None:
         print(f"OpenBLAS sgemm 1024^3 on one thread: {peak:.0f} GFLOP/s")
+    if args.in_step:
+        cores = len(os.sched_getaffinity(0))
+        total = None if peak is None else cores * peak
+        if total is not None:
+            print(f"peak: {cores} cores x {peak:.0f} = {total:.0f} GFLOP/s")
+        rows = conv_step.in_step(args.in_step, args.steps, args.repeats)
+        floors = conv_step.report(rows, total)
+        emit_json(
+            {
+                "case": args.in_step,
+                "sgemm_one_thread_gflops": peak,
+                "peak_gflops": total,
+                "in_step": rows,
+                "floors": floors,
+            },
+            args.json,
+        )
+        return
     results = []
     print(
         f"{'N,C,HxW,O,stride[,1x1]':22} {'algorithm':9} {'forward':>16} {'data':>16} {'filter':>16}"

@@ -108,13 +108,15 @@ def conv3x3_forward_need(inputs, outputs, h, w):
 
 
 def conv3x3_filter_need(c, o, h, w):
-    """Workspace elements per sample of conv3x3's backward filter: C padded planes of x and O
-    planes of dy."""
-    return (c + o) * conv3x3_plane(h, w)
+    """Workspace elements per sample of conv3x3's backward filter: C padded planes of x, dy
+    transposed (a row of O filters per pixel, H*W*O), and room for one vector read past the
+    last row (VECTOR_LANES; kernels/cpu/_filter_lanes.py)."""
+    return c * conv3x3_plane(h, w) + h * w * o + VECTOR_LANES
 
 
-#: Elements one loop of conv3x3's backward filter runs over, at most: a group of consecutive
-#: samples' planes laid end to end (kernels/cpu/conv3x3.py, _planes_filter, says why).
+#: Padded-plane elements of one sample group of conv3x3's backward filter, at most: each
+#: group's sums are one chain of multiply-adds per dw entry, from zero, and the groups' sums
+#: add into dw in order (kernels/cpu/_filter_lanes.py), so a chain stays a group long.
 CONV3X3_GROUP_ELEMENTS = 2048
 
 
@@ -177,9 +179,10 @@ def conv3x3s2_data_need(c, o, oh, ow):
 
 
 def conv3x3s2_filter_need(c, o, oh, ow):
-    """Workspace elements per sample of conv3x3s2's backward filter: the phase planes of x and
-    dy's rows, each a phase plane long."""
-    return (4 * c + o) * conv3x3s2_phase_plane(oh, ow)
+    """Workspace elements per sample of conv3x3s2's backward filter: the phase planes of x, dy
+    transposed (OH*OW*O), and room for one vector read past its last row (VECTOR_LANES;
+    kernels/cpu/_filter_lanes.py)."""
+    return 4 * c * conv3x3s2_phase_plane(oh, ow) + oh * ow * o + VECTOR_LANES
 
 
 def conv3x3s2_filter_sample_group(n, oh, ow):

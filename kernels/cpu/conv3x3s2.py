@@ -26,25 +26,25 @@ stride-1 correlation of dy, padded by one zero row above and one zero column to 
 
 then the phases are interleaved back into dx (dx[2r+a-1, 2s+b-1] = dxph[a,b][r,s]).
 Backward filter is nine dot products per (filter, channel) pair over the batch,
-dw[o,c,p,q] = sum_n sum_{i,j} dy[n,o,i,j] phase[p%2,q%2][n,c,i+p//2,j+q//2], over dy's rows
-laid out W2 apart (zero in the extra column), samples end to end in groups, as conv3x3's.
+dw[o,c,p,q] = sum_n sum_{i,j} dy[n,o,i,j] phase[p%2,q%2][n,c,i+p//2,j+q//2], with the
+filters in the vector's lanes over dy transposed, samples in groups, as conv3x3's
+(_filter_lanes.py).
 
 Workspace: ``conv3x3s2_workspace_per_sample`` elements per sample (kernels/sizes.py): forward,
 the phase planes of x and each output plane's sums (_tiles.py); backward data, dy's padded
 planes and the four phase sums of each dx plane (and a spare); backward filter, the phase
-planes of x and dy's rows. The batch runs in chunks of as many samples as the workspace holds;
+planes of x and dy transposed. The batch runs in chunks of as many samples as the workspace holds;
 backward filter's chunks are whole groups (conv3x3s2_filter_sample_group).
 
 Determinism and non-finite numbers: as in conv3x3. One thread computes each output element in
-an order fixed by the shapes (fused multiply-adds; backward filter "reassoc"), the
-forward passes compute each sample alone and backward filter adds fixed sample groups in order,
-so neither the thread count nor the workspace size changes a bit. Backward filter multiplies
-the zeros of the padding and of the extra column with what lies beside them: an infinity in x
-may make more of dw NaN than the direct kernel does.
+an order fixed by the shapes (chains of fused multiply-adds), the forward passes compute each
+sample alone and backward filter adds fixed sample groups in order, so neither the thread
+count nor the workspace size changes a bit. Backward filter multiplies the zeros of the
+padding with dy: an infinity in dy may make more of dw NaN than the direct kernel does.
 """
 
 import numpy as np
-from numba import prange
+from numba import get_num_threads, prange
 
 from ..sizes import (
     conv3x3s2_data_need,
@@ -55,10 +55,11 @@ from ..sizes import (
     conv3x3s2_phase_plane,
     conv3x3s2_sums,
 )
+from ._filter_lanes import channel_sets, filter_lanes, transpose
 from ._jit import njit
 from ._phases import rows, split
+from ._simd import lanes
 from ._tiles import forward_tiles
-from .conv3x3 import CHANNEL_BLOCK, add_sums
 
 # Non-negative indices as unsigned: Numba then drops its negative-index wraparound, which
 # blocks vectorisation (conv.py says more).
@@ -184,70 +185,6 @@ def _phases_data(dx, dyp, acc, w):
 phases_data = njit(parallel=True, cache=True, fastmath={"contract"})(_phases_data)
 
 
-def _phases_filter(dw, dyrows, phases, w2, plane, group, accumulate):
-    """dw[o,c,p,q] (+)= sum_u dyrows[o,u] phase[p%2,q%2][c, u + (p//2)*W2 + q//2], over the
-    samples of a chunk laid end to end (each `plane` elements: dyrows[o] holds dy's rows W2
-    apart, zeros elsewhere; phases[c, k] the chunk's phase planes k of channel c). Overwrites
-    dw, or adds to it (accumulate: a later chunk). The samples are summed in groups of `group`
-    (one loop each), the groups added in order; two filters share each loop; parallel over
-    (pair of filters, block of CHANNEL_BLOCK channels): as conv3x3's _planes_filter, which says
-    why. Each dw[o, c] is one task's, in an order fixed by the shapes and the group."""
-    o = dyrows.shape[0]
-    c = phases.shape[0]
-    nb = dyrows.shape[1] // plane
-    size = plane - w2 - 1  # a sample's rows of dy: OH*W2
-    r1 = _u(w2)
-    pairs = (o + 1) // 2
-    blocks = (c + CHANNEL_BLOCK - 1) // CHANNEL_BLOCK
-    zero = dw.dtype.type(0)
-    for t in prange(pairs * blocks):
-        oc = (t // blocks) * 2
-        od = oc + 1 if oc + 1 < o else oc
-        c0 = (t % blocks) * CHANNEL_BLOCK
-        g, g2 = dyrows[oc], dyrows[od]
-        for n0 in range(0, nb, group):
-            lo = n0 * plane
-            hi = (min(nb, n0 + group) - 1) * plane + size
-            add = accumulate or n0 > 0
-            for ci in range(c0, min(c, c0 + CHANNEL_BLOCK)):
-                ee, eo, oe, oo = phases[ci, 0], phases[ci, 1], phases[ci, 2], phases[ci, 3]
-                s00 = s01 = s02 = s10 = s11 = s12 = s20 = s21 = s22 = zero
-                t00 = t01 = t02 = t10 = t11 = t12 = t20 = t21 = t22 = zero
-                for u in range(lo, hi):
-                    v = _u(u)
-                    x00, x02, x20, x22 = ee[v], ee[v + _u(1)], ee[r1 + v], ee[r1 + v + _u(1)]
-                    x01, x21 = eo[v], eo[r1 + v]
-                    x10, x12 = oe[v], oe[v + _u(1)]
-                    x11 = oo[v]
-                    d, e = g[v], g2[v]
-                    s00 += d * x00
-                    s01 += d * x01
-                    s02 += d * x02
-                    s10 += d * x10
-                    s11 += d * x11
-                    s12 += d * x12
-                    s20 += d * x20
-                    s21 += d * x21
-                    s22 += d * x22
-                    t00 += e * x00
-                    t01 += e * x01
-                    t02 += e * x02
-                    t10 += e * x10
-                    t11 += e * x11
-                    t12 += e * x12
-                    t20 += e * x20
-                    t21 += e * x21
-                    t22 += e * x22
-                add_sums(dw, oc, ci, add, s00, s01, s02, s10, s11, s12, s20, s21, s22)
-                if od != oc:
-                    add_sums(dw, od, ci, add, t00, t01, t02, t10, t11, t12, t20, t21, t22)
-
-
-phases_filter = njit(parallel=True, cache=True, fastmath={"reassoc", "nsz", "contract"})(
-    _phases_filter
-)
-
-
 def _chunks(n, workspace, per_sample, group=1):
     """Samples per chunk: as many as the workspace holds, whole groups of `group` samples
     unless the chunk is the whole batch; it must hold one group."""
@@ -307,22 +244,17 @@ def conv3x3s2_backward_filter(dw, dy, x, workspace):
     n, c, h, wd = x.shape
     o, oh, ow = dy.shape[1], dy.shape[2], dy.shape[3]
     plane = conv3x3s2_phase_plane(oh, ow)
+    nl = lanes(dw.dtype)
     group = conv3x3s2_filter_sample_group(n, oh, ow)
     b = _chunks(n, workspace, conv3x3s2_filter_need(c, o, oh, ow), group)
+    sets = channel_sets(c, o, nl, get_num_threads())
     if n == 0:  # no chunk writes dw: an empty batch's gradient is zero
         dw[...] = 0
     for n0 in range(0, n, b):
         nb = min(b, n - n0)
         phases = workspace[: c * 4 * nb * plane].reshape(c, 4, nb, plane)
-        dyrows = workspace[c * 4 * nb * plane : (4 * c + o) * nb * plane].reshape(o, nb, plane)
+        dyt = workspace[c * 4 * nb * plane : c * 4 * nb * plane + nb * oh * ow * o + nl]
         split(phases, x[n0 : n0 + nb], True)
-        rows(dyrows, dy[n0 : n0 + nb], 0, ow + 1, True)
-        phases_filter(
-            dw,
-            dyrows.reshape(o, nb * plane),
-            phases.reshape(c, 4, nb * plane),
-            ow + 1,
-            plane,
-            group,
-            n0 > 0,
-        )
+        transpose(dyt, dy[n0 : n0 + nb])
+        src = phases.reshape(c, 4 * nb * plane)
+        filter_lanes(dw, dyt, src, oh, ow, ow + 1, plane, group, sets, n0 > 0, True)

@@ -20,15 +20,18 @@ from nnmem.kernels.sizes import (
     conv3x3_filter_need,
     conv3x3_filter_sample_group,
     conv3x3_workspace_per_sample,
+    conv3x3s2_workspace_per_sample,
 )
 
 # (N, C, H, W, O). Backward filter sums groups of samples in one loop (CONV3X3_GROUP_ELEMENTS //
-# plane samples, at least one), two filters a loop, CHANNEL_BLOCK channels a task:
-# (7, 3, 24, 24, 5) has groups of 3 samples (3, 3, 1) and an odd filter, (2, 11, 4, 5, 3) two
-# blocks of channels, (3, 2, 31, 30, 2) one sample a group (a plane of 1,058 elements), and
-# (2, 2, 45, 44, 3) planes longer than CONV3X3_GROUP_ELEMENTS (2,164).
+# plane samples, at least one), a vector of filters and three channels a loop:
+# (7, 3, 24, 24, 5) has groups of 3 samples (3, 3, 1) and fewer filters than a vector's lanes,
+# (2, 11, 4, 5, 3) a channel count that is not a multiple of three, (3, 2, 31, 30, 2) one sample
+# a group (a plane of 1,058 elements), (2, 2, 45, 44, 3) planes longer than
+# CONV3X3_GROUP_ELEMENTS (2,164), and (2, 4, 6, 6, 21) a second vector of filters, part full.
 SHAPES = [(2, 3, 5, 4, 4), (3, 5, 7, 6, 4), (1, 1, 1, 1, 1), (4, 16, 8, 8, 16), (2, 2, 3, 9, 3)]
 SHAPES += [(7, 3, 24, 24, 5), (2, 11, 4, 5, 3), (3, 2, 31, 30, 2), (2, 2, 45, 44, 3)]
+SHAPES += [(2, 4, 6, 6, 21)]
 
 
 def arrays(rng, shape, dtype=np.float64):
@@ -65,13 +68,16 @@ def test_the_geometry_it_applies_to():
     for other in [(3, 3, 2, 2, 1, 1), (3, 3, 1, 1, 0, 0), (5, 5, 1, 1, 2, 2), (1, 1, 1, 1, 0, 0)]:
         assert not conv3x3_applies(*other)
     # the most of forward (C planes, O planes of sums), backward data (O planes, C of sums)
-    # and backward filter (C + O planes), with planes of (H+2)*(W+2)+2 and sums of H*(W+2):
-    # sums are shorter than planes, so backward filter's is the most but for tiny planes
-    plane = 7 * 9 + 2
-    assert conv3x3_workspace_per_sample(4, 6, 5, 7) == (4 + 6) * plane  # filter 650 > 570, 530
+    # and backward filter (C planes, dy transposed: H*W*O, and a vector's room: 16), with
+    # planes of (H+2)*(W+2)+2 and sums of H*(W+2): dy transposed is shorter than O planes of
+    # sums, so backward filter's is never the most but where the two tie
+    plane, sums = 7 * 9 + 2, 5 * 9
+    assert conv3x3_filter_need(4, 6, 5, 7) == 4 * plane + 35 * 6 + 16  # 486
+    assert conv3x3_workspace_per_sample(4, 6, 5, 7) == 6 * plane + 4 * sums  # data 570 > 530
     plane = 10 * 10 + 2
-    assert conv3x3_workspace_per_sample(1, 16, 8, 8) == 17 * plane  # filter 1734 > data 1712
-    assert conv3x3_workspace_per_sample(16, 1, 8, 8) == 17 * plane  # > forward 1712
+    assert conv3x3_workspace_per_sample(1, 16, 8, 8) == 16 * plane + 80  # data 1712 > 1382
+    assert conv3x3_filter_need(16, 1, 8, 8) == 16 * plane + 64 + 16  # 1712: forward's, tied
+    assert conv3x3_workspace_per_sample(16, 1, 8, 8) == 16 * plane + 80
     # a plane with fewer sums than a vector (1x1: 3) gets a vector's (16), and its padded
     # planes the zeros that vector reads past them: 3*3+2 + 13
     assert conv3x3_workspace_per_sample(2, 3, 1, 1) == 3 * 24 + 2 * 16  # data 104 > 96, 55
@@ -114,12 +120,11 @@ def test_the_same_bits_on_any_number_of_threads(rng):
 
 
 def test_nan_and_inf_propagate(rng):
-    """The filter's reassociated sums assume nothing about NaN or infinity: a NaN or infinite
-    input reaches every output it reaches in the direct kernels, as NaN or infinity. One
-    difference, from the padding: backward filter multiplies zeros (the border, the extra
-    columns of dy's rows) with what lies beside them, and 0 * inf or 0 * NaN is NaN (IEEE)
-    where the direct kernel skips those terms; so backward filter may be NaN in a few more
-    entries, never finite where the direct one is not."""
+    """A NaN or infinite input reaches every output it reaches in the direct kernels, as NaN
+    or infinity. One difference, from the padding: backward filter multiplies the zeros of x's
+    border with dy, and 0 * inf or 0 * NaN is NaN (IEEE) where the direct kernel skips those
+    terms; so backward filter may be NaN in a few more entries, never finite where the direct
+    one is not."""
     x, wt, dy = arrays(rng, (2, 3, 6, 6, 4))
     x[0, 1, 2, 3] = np.nan
     dy[1, 2, 0, 0] = np.inf
@@ -144,7 +149,8 @@ def test_bad_shapes_and_small_workspaces_are_refused(rng):
     with pytest.raises(ValueError, match=r"\(O, C, 3, 3\)"):
         conv3x3_forward(np.empty((2, 4, 5, 5)), x, wt[:, :, :2], ws)
     plane, sums = 7 * 7 + 2, 5 * 7
-    group = 2 * (3 + 4) * plane  # backward filter: one group (both samples) of C + O planes
+    # backward filter: one group (both samples) of C planes, dy transposed and a vector's room
+    group = 2 * (3 * plane + 5 * 5 * 4 + 16)
     assert group == 2 * conv3x3_filter_need(3, 4, 5, 5) and ws.size < group
     with pytest.raises(ValueError, match=rf"2 sample\(s\) of this pass need {group}"):
         conv3x3_backward_filter(np.empty_like(wt), dy, x, np.empty(group - 1))
@@ -171,3 +177,31 @@ def test_sums_through_rows_give_the_bits_written_straight(rng, dtype):
     np.testing.assert_array_equal(wide_y[:, :11], straight[0])
     np.testing.assert_array_equal(wide_dx[:, :5], straight[1])
     assert np.isnan(wide_y[:, 11]).all() and np.isnan(wide_dx[:, 5]).all()  # nothing else
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_backward_filter_the_same_bits_in_any_channel_sets(rng, monkeypatch, stride):
+    """Backward filter cuts the channels into as many sets (tasks) as the threads want
+    (_filter_lanes.channel_sets): each dw entry is the same chain of multiply-adds in any of
+    them, a set of one loop of channels, of several, or of all."""
+    from nnmem.kernels.cpu import conv3x3, conv3x3s2
+
+    x = rng.standard_normal((3, 10, 7, 6)).astype(np.float32)
+    oh, ow = (7, 6) if stride == 1 else (4, 3)
+    dy = rng.standard_normal((3, 19, oh, ow)).astype(np.float32)
+    module, per_sample = (
+        (conv3x3, conv3x3_workspace_per_sample)
+        if stride == 1
+        else (conv3x3s2, conv3x3s2_workspace_per_sample)
+    )
+    kernel = getattr(module, f"{module.__name__.split('.')[-1]}_backward_filter")
+    ws = np.empty(3 * per_sample(10, 19, 7, 6), np.float32)
+    results = []
+    for sets in range(1, 11):
+        monkeypatch.setattr(module, "channel_sets", lambda *args, sets=sets: sets)
+        dw = np.full((19, 10, 3, 3), np.nan, np.float32)
+        kernel(dw, dy, x, ws)
+        results.append(dw)
+    for dw in results[1:]:
+        np.testing.assert_array_equal(dw, results[0])
+    assert np.isfinite(results[0]).all()

@@ -33,12 +33,14 @@ from nnmem.kernels.sizes import (
 )
 
 # (N, C, H, W, O): odd and even heights and widths (an odd one's last phase row is partly
-# padding), odd channels and filters (the spare partner planes), one pixel, two blocks of
-# channels (CHANNEL_BLOCK 8), backward filter's groups of 2048 // plane samples: (7, 3, 40, 40,
-# 5) has groups of 4 (4, 3; planes of 442), (5, 2, 63, 61, 3) one sample a group (a plane of
-# 1,057), and (2, 2, 95, 94, 3) planes longer than the group (2,353).
+# padding), odd channels and filters (the spare partner planes), one pixel, channel counts not
+# a multiple of backward filter's three a loop, backward filter's groups of 2048 // plane
+# samples: (7, 3, 40, 40, 5) has groups of 4 (4, 3; planes of 442), (5, 2, 63, 61, 3) one
+# sample a group (a plane of 1,057), (2, 2, 95, 94, 3) planes longer than the group (2,353),
+# and (2, 4, 9, 8, 19) a second vector of filters, part full.
 SHAPES = [(2, 3, 5, 4, 4), (3, 5, 7, 6, 3), (1, 1, 1, 1, 1), (4, 16, 8, 8, 16), (2, 2, 3, 9, 3)]
 SHAPES += [(7, 3, 40, 40, 5), (2, 11, 4, 5, 3), (5, 2, 63, 61, 3), (2, 2, 95, 94, 3)]
+SHAPES += [(2, 4, 9, 8, 19)]
 
 
 def arrays(rng, shape, dtype=np.float64):
@@ -80,7 +82,7 @@ def test_the_geometry_it_applies_to():
     # (the last term: room for a short plane's reads), data 7*16 + 5*4*12 = 352, filter
     # (16+6)*13 = 286
     assert conv3x3s2_workspace_per_sample(4, 6, 5, 4) == 352
-    assert conv3x3s2_filter_need(4, 6, 3, 2) == 286
+    assert conv3x3s2_filter_need(4, 6, 3, 2) == 260
 
 
 @pytest.mark.parametrize("shape", SHAPES)

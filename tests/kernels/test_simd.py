@@ -106,7 +106,8 @@ def test_widened_sums_in_a_fixed_tree(rng, dtype):
 
 def test_the_register_tiles_run_as_python(tmp_path):
     """NUMBA_DISABLE_JIT=1: conv3x3's forward and backward data (one tile straight into y, one
-    through the rows of sums), conv3x3s2's forward on a short plane and BatchNorm's forward
+    through the rows of sums), conv3x3s2's forward on a short plane, both backward filters
+    (the filters in the lanes, a second vector of them part full) and BatchNorm's forward
     and backward, vector operations all plain
     Python, give the compiled kernels' numbers (float64: to the last bits of two roundings;
     float32 to its precision)."""
@@ -131,6 +132,15 @@ def test_the_register_tiles_run_as_python(tmp_path):
         ws = np.empty(2 * sizes.conv3x3s2_workspace_per_sample(3, 9, 3, 5))
         K.conv3x3s2_forward(y, x, wt, ws)
         np.save(sys.argv[1] + "/s2_y.npy", y)
+        x = rng.standard_normal((3, 4, 6, 5))  # backward filters: 21 filters, 4 channels
+        dy, dy2 = rng.standard_normal((3, 21, 6, 5)), rng.standard_normal((3, 21, 3, 3))
+        dw = np.empty((21, 4, 3, 3))
+        ws = np.empty(3 * sizes.conv3x3_workspace_per_sample(4, 21, 6, 5))
+        K.conv3x3_backward_filter(dw, dy, x, ws)
+        np.save(sys.argv[1] + "/dw.npy", dw)
+        ws = np.empty(3 * sizes.conv3x3s2_workspace_per_sample(4, 21, 6, 5))
+        K.conv3x3s2_backward_filter(dw, dy2, x, ws)
+        np.save(sys.argv[1] + "/s2_dw.npy", dw)
         x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)  # BatchNorm's float64 sums
         ones, zeros = np.ones(3, np.float32), np.zeros(3, np.float32)
         y, mean, invstd = np.empty_like(x), np.empty(3, np.float32), np.empty(3, np.float32)
@@ -155,7 +165,7 @@ def test_the_register_tiles_run_as_python(tmp_path):
         )
         assert run.returncode == 0, run.stderr
         results[jit] = {p.name: np.load(p) for p in folder.iterdir()}
-    assert len(results["0"]) == 9
+    assert len(results["0"]) == 11
     for name, compiled in results["0"].items():
         tolerance = 1e-6 if name.startswith("bn") else 1e-13  # float32 outputs
         np.testing.assert_allclose(results["1"][name], compiled, rtol=tolerance, atol=tolerance)
