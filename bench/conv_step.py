@@ -11,10 +11,15 @@ graph step (the ``train.py`` case, nnmem graph mode):
   the profiler itself times nothing here), the fastest over --steps steps;
 - alone: the same kernel function on copies of the same arrays, called --repeats times in a
   row (the fastest), as bench/conv.py times its passes;
-- cold: the same calls, each after writing FLUSH_BYTES elsewhere, which evicts the arrays from
-  the cores' L1 and L2 caches (and from as much of the L3 as that covers). Where "in the step"
-  is close to "cold" and far from "alone", the step loses its time to memory, not to the
-  kernel's arithmetic or its threads.
+- cold: the same calls, each after the calling thread writes FLUSH_BYTES elsewhere, which
+  evicts the arrays from that core's caches and from as much of the shared L3 as that covers
+  (the other cores' private L2 caches keep what they hold). Where "in the step" is close to
+  "cold" and far from "alone", the step loses its time to memory, not to the kernel's
+  arithmetic or its threads.
+
+"Alone" and "cold" run on copies of the arrays the step's last call had, taken after the
+steps: the same shapes, and values that later kernels may have written over (what matters
+only for denormals, which no pass here meets).
 
 A pass is recognised by the ``conv_algorithm`` label ("forward", "backward data", "backward
 filter", and the algorithm "auto" kept) that nnmem/ops/conv.py puts on its kernel calls, so
@@ -27,7 +32,7 @@ import numpy as np
 
 from nnmem.devices.flops import kernel_flops
 
-#: Bytes written before each "cold" call: many times the L2 caches of a 16-core machine.
+#: Bytes written before each "cold" call: 32 times the 2 MiB L2 cache of one core here.
 FLUSH_BYTES = 64 << 20
 
 

@@ -36,19 +36,18 @@ def _split(phases, x, channel_major):
 split = by_size(_split, on=1)
 
 
-def _rows(planes, dy, first, w2, channel_major):
-    """Each plane of dy laid out in a plane of `planes`: zeros, then dy[n, o]'s rows W2 apart
-    from element `first` (W2 + 1: dy padded by a zero row above and a zero column to the left;
-    0: its rows with a zero in the extra column). planes (N, O, plane), or (O, N, plane) when
-    channel_major."""
+def _rows(planes, dy, w2):
+    """Each plane of dy laid out in a plane of `planes` (N, O, plane): zeros, then dy[n, o]'s
+    rows W2 apart from element W2 + 1, that is dy padded by a zero row above and a zero column
+    to the left (conv3x3s2's backward data)."""
     nb, o, oh, ow = dy.shape
     for t in prange(nb * o):
         n, oi = t // o, t % o
-        plane = planes[oi, n] if channel_major else planes[n, oi]
+        plane = planes[n, oi]
         for u in range(plane.size):
             plane[u] = 0
         for i in range(oh):
-            row = first + i * w2
+            row = w2 + 1 + i * w2
             for j in range(ow):
                 plane[_u(row + j)] = dy[n, oi, i, j]
 

@@ -80,15 +80,15 @@ def _check(y, x, w):
 check = njit(cache=True)(_check)
 
 
-def _spread(planes, x, first, channel_major):
-    """Each plane of x laid out in a plane of `planes`: zeros, then x[n, c]'s rows W + 2 apart
-    from element `first`: x's padded planes (first = W + 3: past the top border row and the
-    left border column) or dy's rows as long as the padded ones (first = 0: its two extra
-    columns zero). Writes planes (N, C, plane), or (C, N, plane) when channel_major (each
-    channel's planes end to end: backward filter). A copy, memory-bound: parallel over the
-    planes from PARALLEL_FROM elements of x (by_size), serial below."""
+def _spread(planes, x, channel_major):
+    """x's padded planes: each plane of x laid out in a plane of `planes`, zeros, then x[n, c]'s
+    rows W + 2 apart from element W + 3 (past the top border row and the left border column).
+    Writes planes (N, C, plane), or (C, N, plane) when channel_major (each channel's planes end
+    to end: backward filter). A copy, memory-bound: parallel over the planes from
+    PARALLEL_FROM elements of x (by_size), serial below."""
     nb, c, h, wd = x.shape
     w2 = wd + 2
+    first = wd + 3
     for t in prange(nb * c):
         n, ci = t // c, t % c
         plane = planes[ci, n] if channel_major else planes[n, ci]
@@ -135,7 +135,7 @@ def _forward(out, source, w, workspace, flipped):
     for n0 in range(0, n, b):
         chunk = source[n0 : n0 + b]
         padded, sums = _views(workspace, chunk.shape[0], ni, na, h, wd)
-        spread(padded, chunk, wd + 3, False)
+        spread(padded, chunk, False)
         forward_tiles(out[n0 : n0 + b], padded, sums, w, flipped, w2, shifts)
 
 
@@ -168,7 +168,8 @@ def conv3x3_backward_filter(dw, dy, x, workspace):
         # channel-major: each channel's padded planes of the chunk end to end
         padded = workspace[: c * nb * plane].reshape(c, nb, plane)
         dyt = workspace[c * nb * plane : c * nb * plane + nb * h * wd * o + nl]
-        spread(padded, chunk, wd + 3, True)
+        assert dyt.size == nb * h * wd * o + nl  # the room the last row's vector reads
+        spread(padded, chunk, True)
         transpose(dyt, dy[n0 : n0 + b])
         src = padded.reshape(c, nb * plane)
         filter_lanes(dw, dyt, src, h, wd, wd + 2, plane, group, sets, n0 > 0, False)

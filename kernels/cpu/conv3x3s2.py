@@ -232,7 +232,7 @@ def conv3x3s2_backward_data(dx, dy, w, workspace):
         dyp = workspace[: nb * (o + 1) * dplane].reshape(nb, o + 1, dplane)
         end = nb * (o + 1) * dplane + nb * (c + 1) * 4 * size
         acc = workspace[nb * (o + 1) * dplane : end].reshape(nb, c + 1, 4, size)
-        rows(dyp[:, :o], dy[n0 : n0 + nb], ow + 2, ow + 1, False)
+        rows(dyp[:, :o], dy[n0 : n0 + nb], ow + 1)
         dyp[:, o] = 0  # the spare: the partner of the last of an odd number of dy planes
         phases_data(dx[n0 : n0 + nb], dyp, acc, w)
 
@@ -254,6 +254,7 @@ def conv3x3s2_backward_filter(dw, dy, x, workspace):
         nb = min(b, n - n0)
         phases = workspace[: c * 4 * nb * plane].reshape(c, 4, nb, plane)
         dyt = workspace[c * 4 * nb * plane : c * 4 * nb * plane + nb * oh * ow * o + nl]
+        assert dyt.size == nb * oh * ow * o + nl  # the room the last row's vector reads
         split(phases, x[n0 : n0 + nb], True)
         transpose(dyt, dy[n0 : n0 + nb])
         src = phases.reshape(c, 4 * nb * plane)

@@ -10,6 +10,7 @@ import textwrap
 import numba
 import numpy as np
 import pytest
+from llvmlite import binding
 
 from nnmem.kernels.cpu import _simd
 from nnmem.kernels.cpu._jit import njit
@@ -169,3 +170,56 @@ def test_the_register_tiles_run_as_python(tmp_path):
     for name, compiled in results["0"].items():
         tolerance = 1e-6 if name.startswith("bn") else 1e-13  # float32 outputs
         np.testing.assert_allclose(results["1"][name], compiled, rtol=tolerance, atol=tolerance)
+
+
+# AVX2 and the instructions that come with it on every CPU that has it: code compiled for
+# "haswell" runs on any x86 CPU with AVX2, whatever its own name
+HASWELL = "+avx,+avx2,+fma,+f16c,+popcnt,+bmi,+bmi2,+lzcnt,+movbe,+cx16,+sse4.2,+sse4.1"
+HASWELL += ",+ssse3,+sse3,+sse2,+sse,+mmx,+cmov,+fxsr"
+
+
+@needs_jit
+@pytest.mark.skipif(
+    "+avx2" not in binding.get_host_cpu_features().flatten().split(","),
+    reason="needs a CPU with AVX2 to run code compiled for it",
+)
+def test_backward_filters_give_the_same_bits_at_any_vector_width(tmp_path):
+    """Both backward filters keep each sum in one lane (kernels/cpu/_filter_lanes.py):
+    compiled for AVX2 (8 float32 lanes, one channel a loop) they give this CPU's bits (with
+    AVX-512: 16 lanes, three channels a loop), 21 filters (a second vector part full) and 16."""
+    code = """
+        import hashlib, sys
+        import numpy as np
+        import nnmem.kernels.cpu as K
+        from nnmem.kernels import sizes
+        from nnmem.kernels.cpu._simd import VECTOR_BYTES
+        rng = np.random.default_rng(0)
+        out = []
+        for n, c, h, o in ((4, 7, 12, 21), (3, 5, 9, 16)):
+            x = rng.standard_normal((n, c, h, h)).astype(np.float32)
+            dy = rng.standard_normal((n, o, h, h)).astype(np.float32)
+            dw = np.empty((o, c, 3, 3), np.float32)
+            ws = np.empty(n * sizes.conv3x3_workspace_per_sample(c, o, h, h), np.float32)
+            K.conv3x3_backward_filter(dw, dy, x, ws)
+            out.append(dw.tobytes())
+            dy = rng.standard_normal((n, o, (h + 1) // 2, (h + 1) // 2)).astype(np.float32)
+            ws = np.empty(n * sizes.conv3x3s2_workspace_per_sample(c, o, h, h), np.float32)
+            K.conv3x3s2_backward_filter(dw, dy, x, ws)
+            out.append(dw.tobytes())
+        print(VECTOR_BYTES, hashlib.sha256(b"".join(out)).hexdigest())
+    """
+    results = []
+    haswell = dict(NUMBA_CPU_NAME="haswell", NUMBA_CPU_FEATURES=HASWELL)
+    for extra in ({}, dict(haswell, NUMBA_CACHE_DIR=str(tmp_path))):  # its code kept apart
+        env = dict(os.environ, **extra)
+        run = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr
+        results.append(run.stdout.split())
+    assert results[1][0] == "32"  # the AVX2 build has 32-byte vectors
+    assert results[0][1] == results[1][1]
