@@ -37,7 +37,7 @@ import numpy as np
 from numba import prange
 
 from ._jit import by_size, njit
-from ._simd import VECTOR_BYTES, vfma, vload, vstore, vzero
+from ._simd import VECTOR_BYTES, lanes, vfma, vload, vstore, vzero
 
 # Non-negative indices as unsigned: Numba then drops its negative-index wraparound.
 _u = np.uint64
@@ -167,8 +167,20 @@ def _transpose(dyt, dy):
 transpose = by_size(_transpose, on=1)
 
 
-def channel_sets(c, o, lanes, threads):
-    """How many sets filter_lanes cuts the C channels into: enough tasks (vectors of filters
-    times sets) for the threads, at most one set a loop's CHANNELS."""
-    vectors = -(-o // lanes)
+def transposed(workspace, start, dy):
+    """dy transposed into workspace[start:] (transpose), and the view filter_lanes reads: its
+    N*H*W*O elements and a vector's room after them, which the last row's vector reads when O
+    is not a multiple of the lanes (kernels/sizes.py counts it in the filter passes' need)."""
+    nb, o, h, wd = dy.shape
+    size = nb * h * wd * o + lanes(dy.dtype)
+    dyt = workspace[start : start + size]
+    assert dyt.size == size  # the caller's workspace holds the room
+    transpose(dyt, dy)
+    return dyt
+
+
+def channel_sets(c, o, dtype, threads):
+    """How many sets filter_lanes cuts the C channels into: enough tasks (vectors of O
+    filters of `dtype` times sets) for the threads, at most one set a loop's CHANNELS."""
+    vectors = -(-o // lanes(dtype))
     return max(1, min(-(-c // CHANNELS), -(-threads // max(vectors, 1))))

@@ -58,9 +58,8 @@ from ..sizes import (
     conv3x3_plane,
     conv3x3_sums,
 )
-from ._filter_lanes import channel_sets, filter_lanes, transpose
+from ._filter_lanes import channel_sets, filter_lanes, transposed
 from ._jit import by_size, njit
-from ._simd import lanes
 from ._tiles import forward_tiles
 
 # Non-negative indices as unsigned: Numba then drops its negative-index wraparound, which
@@ -158,18 +157,15 @@ def conv3x3_backward_filter(dw, dy, x, workspace):
     n, c, h, wd = x.shape
     o = dy.shape[1]
     plane = conv3x3_plane(h, wd)
-    nl = lanes(dw.dtype)
     group = conv3x3_filter_sample_group(n, h, wd)
     b = _chunks(n, workspace, conv3x3_filter_need(c, o, h, wd), group)
-    sets = channel_sets(c, o, nl, get_num_threads())
+    sets = channel_sets(c, o, dw.dtype, get_num_threads())
     for n0 in range(0, n, b):
         chunk = x[n0 : n0 + b]
         nb = chunk.shape[0]
         # channel-major: each channel's padded planes of the chunk end to end
         padded = workspace[: c * nb * plane].reshape(c, nb, plane)
-        dyt = workspace[c * nb * plane : c * nb * plane + nb * h * wd * o + nl]
-        assert dyt.size == nb * h * wd * o + nl  # the room the last row's vector reads
         spread(padded, chunk, True)
-        transpose(dyt, dy[n0 : n0 + b])
+        dyt = transposed(workspace, c * nb * plane, dy[n0 : n0 + b])
         src = padded.reshape(c, nb * plane)
         filter_lanes(dw, dyt, src, h, wd, wd + 2, plane, group, sets, n0 > 0, False)

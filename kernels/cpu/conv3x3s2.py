@@ -55,10 +55,9 @@ from ..sizes import (
     conv3x3s2_phase_plane,
     conv3x3s2_sums,
 )
-from ._filter_lanes import channel_sets, filter_lanes, transpose
+from ._filter_lanes import channel_sets, filter_lanes, transposed
 from ._jit import njit
 from ._phases import rows, split
-from ._simd import lanes
 from ._tiles import forward_tiles
 
 # Non-negative indices as unsigned: Numba then drops its negative-index wraparound, which
@@ -244,18 +243,15 @@ def conv3x3s2_backward_filter(dw, dy, x, workspace):
     n, c, h, wd = x.shape
     o, oh, ow = dy.shape[1], dy.shape[2], dy.shape[3]
     plane = conv3x3s2_phase_plane(oh, ow)
-    nl = lanes(dw.dtype)
     group = conv3x3s2_filter_sample_group(n, oh, ow)
     b = _chunks(n, workspace, conv3x3s2_filter_need(c, o, oh, ow), group)
-    sets = channel_sets(c, o, nl, get_num_threads())
+    sets = channel_sets(c, o, dw.dtype, get_num_threads())
     if n == 0:  # no chunk writes dw: an empty batch's gradient is zero
         dw[...] = 0
     for n0 in range(0, n, b):
         nb = min(b, n - n0)
         phases = workspace[: c * 4 * nb * plane].reshape(c, 4, nb, plane)
-        dyt = workspace[c * 4 * nb * plane : c * 4 * nb * plane + nb * oh * ow * o + nl]
-        assert dyt.size == nb * oh * ow * o + nl  # the room the last row's vector reads
         split(phases, x[n0 : n0 + nb], True)
-        transpose(dyt, dy[n0 : n0 + nb])
+        dyt = transposed(workspace, c * 4 * nb * plane, dy[n0 : n0 + nb])
         src = phases.reshape(c, 4 * nb * plane)
         filter_lanes(dw, dyt, src, oh, ow, ow + 1, plane, group, sets, n0 > 0, True)
