@@ -143,10 +143,48 @@ KNOWN_FAILURES = {
 CAUSE = {test: cause for cause, tests in KNOWN_FAILURES.items() for test in tests}
 
 
+def openblas_cuts_change_bits():
+    """Does NumPy's OpenBLAS give a (256, 64) @ (64, 256) float32 product (the shape of SINGA's
+    matmul tests' matrices) other bits whole, on its own threads, than cut into pieces of 64
+    columns, each on one thread, as nnmem's GEMMs run (kernels/cpu/gemm.py)? A fact about the
+    CPU and OpenBLAS's kernels for it, measured with NumPy alone: no on the Intel Xeon where
+    these tests passed (OpenBLAS's SkylakeX kernels), yes on an AMD EPYC (Zen 5), where it runs
+    its Haswell kernels and its bits change both with its thread count and with the columns a
+    call covers."""
+    import numpy as np
+
+    from nnmem.kernels.cpu import blas
+
+    if blas.FOUND is None:
+        return False
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 64), dtype=np.float32)
+    b = rng.standard_normal((64, 256), dtype=np.float32)
+    whole = a @ b
+    with blas.single_threaded():
+        pieces = np.concatenate([a @ b[:, j : j + 64] for j in range(0, 256, 64)], axis=1)
+    return not np.array_equal(whole, pieces)
+
+
+# SINGA's tests that compare a float32 product with NumPy's to 6 decimals (values up to about
+# 25, so to the last bits), where the CPU's OpenBLAS gives other bits for the pieces nnmem cuts:
+# both results are float32 products as exact as each other (1e-5 apart, 5e-7 of the values).
+OPENBLAS_CUTS = [
+    "test_tensor.py::TestTensorMethods::test_4d_matmul_cpu",
+    "test_tensor.py::TestTensorMethods::test_matmul_transpose_cpu",
+]
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if not isinstance(item.parent.parent, SingaTestFile):
             continue
-        cause = CAUSE.get(f"{item.path.name}::{item.parent.name}::{item.name}")
+        name = f"{item.path.name}::{item.parent.name}::{item.name}"
+        cause = CAUSE.get(name)
+        if cause is None and name in OPENBLAS_CUTS and openblas_cuts_change_bits():
+            cause = (
+                "this CPU's OpenBLAS gives a product other last bits whole, on its threads "
+                "(NumPy), than in the single-threaded 64-column pieces nnmem runs it in"
+            )
         if cause is not None:
             item.add_marker(pytest.mark.xfail(reason=cause, strict=True))
