@@ -52,6 +52,7 @@ from numba import prange
 
 from ..sizes import conv2d_gemm_sample_group
 from ._jit import njit
+from ._valid import valid_forward
 from ._window import output_size, valid_range
 from .gemm import gemm, matmul
 
@@ -88,12 +89,22 @@ _u = np.uint64
 
 
 # ---------------------------------------------------------------- direct algorithm
-def _conv2d_forward_direct(
+def conv2d_forward_direct(
     y, x, w, sh, sw, ph, pw, groups=1, dil_h=1, dil_w=1, ph_end=None, pw_end=None
 ):
     """y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] x[n,first(o)+c,i*sh+p*dil_h-ph,j*sw+q*dil_w-pw], c
-    over the C/groups channels of o's group, which start at first(o). Writes y; no workspace;
-    parallel over (n,o)."""
+    over the C/groups channels of o's group, which start at first(o). Writes y; no workspace.
+    A valid convolution with stride 1 whose output rows hold a vector runs on register tiles
+    over x's own planes (_valid.valid_forward), the rest on loops parallel over (n,o)."""
+    if not valid_forward(y, x, w, sh, sw, ph, pw, groups, dil_h, dil_w, ph_end, pw_end):
+        forward_direct_loops(y, x, w, sh, sw, ph, pw, groups, dil_h, dil_w, ph_end, pw_end)
+
+
+def _forward_direct_loops(
+    y, x, w, sh, sw, ph, pw, groups=1, dil_h=1, dil_w=1, ph_end=None, pw_end=None
+):
+    """conv2d_forward_direct on loops: each output's sum over (c, p, q), a product rounded and
+    added at a time. Writes y; parallel over (n,o)."""
     ph_end = ph if ph_end is None else ph_end
     pw_end = pw if pw_end is None else pw_end
     check_conv_shapes(y, x, w, sh, sw, ph, pw, groups, dil_h, dil_w, ph_end, pw_end)
@@ -258,7 +269,7 @@ def _swap01(out, x):
 im2col = njit(parallel=True, cache=True)(_im2col)
 col2im = njit(parallel=True, cache=True)(_col2im)
 swap01 = njit(parallel=True, cache=True)(_swap01)
-conv2d_forward_direct = njit(parallel=True, cache=True)(_conv2d_forward_direct)
+forward_direct_loops = njit(parallel=True, cache=True)(_forward_direct_loops)
 conv2d_backward_data_direct = njit(parallel=True, cache=True)(_conv2d_backward_data_direct)
 conv2d_backward_filter_direct = njit(parallel=True, cache=True)(_conv2d_backward_filter_direct)
 

@@ -261,3 +261,66 @@ def test_float32(rng, shape):
         np.testing.assert_allclose(a, b, **tol)
     with pytest.raises(TypeError, match="dtype"):
         conv2d_forward_gemm(y, x, w, np.empty(_least(x, dy, per)), *s)
+
+
+# valid, stride 1, output rows of at least a vector: the direct forward on register tiles
+# (n, c, h, w, o, kh, kw)
+TILED = [
+    (2, 1, 28, 28, 20, 5, 5),  # the SINGA CNN's conv1: 24x24 outputs, 20 filters (8 + 8 + 4)
+    (1, 3, 10, 19, 9, 3, 4),  # 8x16 outputs: a float32 vector a row with AVX-512, two float64
+    (3, 2, 9, 40, 5, 1, 1),  # 1x1 filters
+    (2, 2, 9, 21, 3, 3, 3),  # 19 outputs a row: vectors and a rest one by one
+]
+
+
+@pytest.mark.parametrize("shape", TILED)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_valid_direct_forward_runs_on_tiles(rng, shape, dtype):
+    from nnmem.kernels.cpu._valid import valid_forward
+
+    n, c, h, wd, o, kh, kw = shape
+    x = rng.standard_normal((n, c, h, wd)).astype(dtype)
+    w = rng.standard_normal((o, c, kh, kw)).astype(dtype)
+    y = np.full((n, o, h - kh + 1, wd - kw + 1), np.nan, dtype)  # every output written
+    assert valid_forward(y, x, w, 1, 1, 0, 0, 1, 1, 1, None, None)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        y, ref_forward(x.astype(np.float64), w.astype(np.float64), 1, 1, 0, 0), **tol
+    )
+    direct = np.empty_like(y)
+    conv2d_forward_direct(direct, x, w, 1, 1, 0, 0)  # the kernel takes that path
+    assert np.array_equal(direct, y)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["padding", "stride", "dilation", "narrow rows", "strided output", "float16"],
+)
+def test_the_tiles_leave_other_direct_forwards_to_the_loops(rng, change):
+    """valid_forward declines (False, y untouched) what its layout cannot hold; the loops
+    then give the reference's numbers."""
+    from nnmem.kernels.cpu._valid import valid_forward
+
+    x = rng.standard_normal((2, 2, 28, 28))
+    w = rng.standard_normal((3, 2, 5, 5))
+    s, d, oh, ow = (1, 1, 0, 0), (1, 1, 1), 24, 24
+    if change == "padding":
+        s, oh, ow = (1, 1, 1, 1), 26, 26
+    elif change == "stride":
+        s, oh, ow = (2, 2, 0, 0), 12, 12
+    elif change == "dilation":
+        d, oh, ow = (1, 2, 2), 20, 20
+    elif change == "narrow rows":
+        x = x[:, :, :, :10].copy()
+        ow = 6
+    elif change == "float16":
+        x, w = x.astype(np.float16), w.astype(np.float16)
+    y = np.full((2, 3, oh, ow), np.nan, x.dtype)
+    if change == "strided output":
+        y = np.full((2, 3, oh, 2 * ow), np.nan)[:, :, :, ::2]
+    assert not valid_forward(y, x, w, *s, *d, None, None)
+    assert np.isnan(y.astype(np.float64)).all()
+    if change in ("dilation", "float16"):
+        return  # the loops with dilation, and other dtypes, have tests of their own
+    conv2d_forward_direct(y, x, w, *s)
+    assert_close64(y, ref_forward(x, w, *s))
