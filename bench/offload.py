@@ -5,7 +5,7 @@ link, and the LRU tensor cache.
                             [--json out.json]
 
 1. budget: ResNet-20 (batch 32, 3x32x32) under half its no-offload peak and VGG-16 (a quarter
-   of its channels, batch 32, 3x64x64) under three quarters of it, in graph mode
+   of its channels, batch 32, 3x64x64) under four fifths of it, in graph mode
    (offload="dyn") and eagerly (the tensor cache, offload="all"): the pool's peak, and
    whether the losses equal those without offloading (graph: bit for bit, since no workspace
    cap takes a convolution pass below one sample group; eager: "auto" sizes workspaces to the
@@ -41,14 +41,15 @@ NETS = {
     "ResNet-20": (lambda: create_model("resnet", depth=20), (32, 3, 32, 32), 0.5),
     # a quarter of the channels: at full width VGG-16's 134M parameters and their momentum
     # alone are more than half its peak on a small input, which no technique could meet; and
-    # three quarters of the peak: the smallest plan dyn can make (offload="all", direct
-    # convolutions) needs 72% of it, since what stays on the device (parameters, momentum,
+    # four fifths of the peak: the smallest plan dyn can make (offload="all", direct
+    # convolutions) needs 75% of it, since what stays on the device (parameters, momentum,
     # the maps of the running 64x64 convolution) is most of a peak that conv3x3's small
-    # workspaces no longer inflate
+    # workspaces no longer inflate (72% while the no-offload plan's layout was 2.9% above its
+    # lower bound, before memory/layout.py's peak-first orders: three quarters was the budget)
     "VGG-16": (
         lambda: create_model("vgg16", num_classes=10, width=0.25),
         (32, 3, 64, 64),
-        0.75,
+        0.8,
     ),
 }
 

@@ -63,3 +63,13 @@ def test_the_simulated_allocators_layout_is_valid_too(case):
     check_layout(sizes, ranges, offsets)
     assert arena >= lower_bound(sizes, ranges)
     assert arena == max((o + s for o, s in zip(offsets, sizes)), default=0)
+
+
+def test_the_slots_live_at_the_peak_are_stacked_first():
+    # LB = 2304, at position 4, where slots 0 and 3 are live. The orders led by size, lifetime,
+    # start or area, and 64 shuffles, give 2816 B at best (found by a random search); stacking
+    # slots 0 and 3 first leaves slot 1 a place above slot 2, which is dead by the peak.
+    sizes, ranges = [768, 768, 1280, 1536], [(3, 4), (0, 3), (1, 1), (4, 4)]
+    p = layout(sizes, ranges)
+    check_layout(sizes, ranges, p.offsets)
+    assert p.arena_bytes == p.lower_bound == 2304

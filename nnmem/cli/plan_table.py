@@ -61,12 +61,10 @@ def print_plan(step, budget):
     fusion = step.fusion
     if fusion.chains:
         chains = ", ".join(f"{op} {count}" for op, count in sorted(fusion.chains.items()))
-        saved = fusion.saved_bytes  # negative where the fused layout lands above the unfused
-        than = "lower" if saved >= 0 else "higher"
         print(
             f"  fusion: {sum(fusion.chains.values())} kernel calls in place of chains ({chains}); "
             f"{fusion.removed} intermediate tensors fewer; liveness peak "
-            f"{format_bytes(abs(saved))} {than} than unfused"
+            f"{fusion_peak(fusion.saved_bytes)}"
         )
     width = max(11, *(len(size(s)) for s in sizes))
     budget_column = "" if budget is None else f"budget {size(budget)}".ljust(len("does not fit"))
@@ -92,3 +90,12 @@ def print_plan(step, budget):
             f"no technique fits {format_bytes(budget)}: the smallest peak reachable is "
             f"{size(best.peak_bytes)} ({technique_name(best)}), set by {best.peak_operation}"
         )
+
+
+def fusion_peak(saved):
+    """The fused liveness peak beside the unfused one, from the bytes fusion saved: "the same
+    as unfused", or an amount "lower" or "higher" (where the fused layout lands above: the
+    greedy layout is a heuristic), never a negative amount."""
+    if saved == 0:
+        return "the same as unfused"
+    return f"{format_bytes(abs(saved))} {'lower' if saved > 0 else 'higher'} than unfused"

@@ -31,9 +31,10 @@ would differ. And only on a device whose kernels include the fused ones.
 Memory: every intermediate block a fusion removes is a block the planner no longer places.
 Where the ReLU already wrote in place over the BatchNorm's output (the planner merges such
 pairs), no byte is saved at that position; elsewhere the live set shrinks. The arena is laid out
-again by the greedy layout, which may land a little above the lower bound where the unfused
-step's did not (ResNet-20 at batch 32: the same lower bound, 0.3% above it). ``nnmem plan``
-prints the saving, ``CompiledStep.fusion_saving()`` returns it. A plan that offloads, and the
+again by the greedy layout (memory/layout.py), a heuristic: on ResNet-20 at batch 32 both steps
+have the same lower bound and both layouts meet it, but a fused layout can land above an
+unfused one. ``nnmem plan`` prints the saving (or the loss), ``CompiledStep.fusion_saving()``
+returns it. A plan that offloads, and the
 optimal plan, start from the unfused recording instead (``CompiledStep.recording`` says why).
 """
 
