@@ -72,12 +72,6 @@ def lower_bound(sizes, ranges):
     return _sweep(sizes, ranges)[0]
 
 
-def peak_positions(sizes, ranges, count):
-    """Up to `count` positions, the most live bytes first (the first holds LB): of the
-    positions where a slot starts or ends, ranked by the bytes live there (ties: earliest)."""
-    return [p for _, p in sorted((-live, p) for p, live in _sweep(sizes, ranges)[1])[:count]]
-
-
 def _sweep(sizes, ranges):
     """(LB, [(position, bytes live there)] for each position where a slot starts or ends):
     the events in order, a slot's end (-size at last + 1) before another's start at the same
@@ -101,7 +95,7 @@ def layout(sizes, ranges, seed=0, alignment=256):
     """The smallest of the greedy layouts over several placement orders (or, past
     GREEDY_LIMIT slots, the simulated allocator's); returns a Layout.
     Deterministic: the same sizes and ranges always give the same offsets."""
-    bound = lower_bound(sizes, ranges)
+    bound, live_at = _sweep(sizes, ranges)
     if len(sizes) > GREEDY_LIMIT:
         offsets, arena = simulate(sizes, ranges, alignment)
         return Layout(offsets, arena, bound)
@@ -113,15 +107,17 @@ def layout(sizes, ranges, seed=0, alignment=256):
         sorted(n, key=lambda i: (-sizes[i] * (ranges[i][1] - ranges[i][0] + 1), i)),  # area
     ]
     restarts = min(MAX_RESTARTS, RESTART_BUDGET // max(len(sizes) ** 2, 1))
-    if any(sizes):  # the highest position, and the next ones where the budget allows
-        for peak in peak_positions(sizes, ranges, 1 + min(PEAKS - 1, restarts)):
-            at_peak = [i for i in n if ranges[i][0] <= peak <= ranges[i][1]]
-            rest = [i for i in orders[0] if not ranges[i][0] <= peak <= ranges[i][1]]  # by size
-            for key in (
-                lambda i: (-ranges[i][1], ranges[i][0], i),  # ends latest lowest
-                lambda i: (ranges[i][0] - ranges[i][1], i),  # longest-lived lowest
-            ):
-                orders.append(sorted(at_peak, key=key) + rest)
+    # the positions where a slot starts or ends, the most live bytes first (ties: earliest):
+    # the highest, and the next ones where the budget allows
+    highest = sorted((-live, p) for p, live in live_at)[: 1 + min(PEAKS - 1, restarts)]
+    for _, peak in highest:
+        at_peak = [i for i in n if ranges[i][0] <= peak <= ranges[i][1]]
+        rest = [i for i in orders[0] if not ranges[i][0] <= peak <= ranges[i][1]]  # by size
+        for key in (
+            lambda i: (-ranges[i][1], ranges[i][0], i),  # ends latest lowest
+            lambda i: (ranges[i][0] - ranges[i][1], i),  # longest-lived lowest
+        ):
+            orders.append(sorted(at_peak, key=key) + rest)
     rng = random.Random(seed)
     for _ in range(restarts):
         shuffled = list(n)

@@ -18,6 +18,7 @@ cause: when a fix lands, its tests pass, strict xfail turns that into a failure,
 must be deleted, so the list only shrinks (issue 29).
 """
 
+import functools
 import importlib
 import importlib.abc
 import importlib.util
@@ -143,6 +144,7 @@ KNOWN_FAILURES = {
 CAUSE = {test: cause for cause, tests in KNOWN_FAILURES.items() for test in tests}
 
 
+@functools.cache  # one probe for the session: it is a fact about the machine
 def openblas_cuts_change_bits():
     """Does NumPy's OpenBLAS give a (256, 64) @ (64, 256) float32 product (the shape of SINGA's
     matmul tests' matrices) other bits whole, on its own threads, than cut into pieces of 64
