@@ -72,6 +72,35 @@ def _fma_planes(acc, f, x):
     )  # fmt: skip
 
 
+def _tile_at(t, tiles, blocks, vectors, per_row, width, nl, src_row, dst_row):
+    """Task t's register tile (t over samples, then blocks of TILE_PLANES planes, then tiles
+    of TILE_VECTORS vectors): (sample n, first plane a0, source and destination offsets of
+    its two vectors (vector_at); with an odd number of vectors the last tile's second vector
+    is its first again)."""
+    n = t // (blocks * tiles)
+    a0 = (t // tiles) % blocks * TILE_PLANES
+    v = (t % tiles) * TILE_VECTORS
+    s0, d0 = vector_at(v, per_row, width, nl, src_row, dst_row)
+    s1, d1 = vector_at(min(v + 1, vectors - 1), per_row, width, nl, src_row, dst_row)
+    return n, a0, s0, d0, s1, d1
+
+
+def _planes(a0, na):
+    """The tile's TILE_PLANES output planes from a0, the last one repeated past na."""
+    last = na - 1
+    return (
+        a0, min(a0 + 1, last), min(a0 + 2, last), min(a0 + 3, last),
+        min(a0 + 4, last), min(a0 + 5, last), min(a0 + 6, last), min(a0 + 7, last),
+    )  # fmt: skip
+
+
+def _store_tile(dst, n, a0, d0, d1, acc0, acc1):
+    """The tile's sums into dst[n] at offsets d0 and d1, for its planes that exist."""
+    for k in range(min(TILE_PLANES, dst.shape[1] - a0)):
+        vstore(dst[n, a0 + k], d0, acc0[k])
+        vstore(dst[n, a0 + k], d1, acc1[k])
+
+
 def _zeros(a):
     z = vzero(a)
     return (z, z, z, z, z, z, z, z)
@@ -81,6 +110,9 @@ vector_at = njit(inline="always", cache=True)(_vector_at)
 filters = njit(inline="always", cache=True)(_filters)
 fma_planes = njit(inline="always", cache=True)(_fma_planes)
 zeros = njit(inline="always", cache=True)(_zeros)
+tile_at = njit(inline="always", cache=True)(_tile_at)
+planes = njit(inline="always", cache=True)(_planes)
+store_tile = njit(inline="always", cache=True)(_store_tile)
 
 
 def _tiles_forward(dst, padded, w, flipped, rows, width, src_row, dst_row, shifts):
@@ -107,16 +139,10 @@ def _tiles_forward(dst, padded, w, flipped, rows, width, src_row, dst_row, shift
     tiles = (vectors + TILE_VECTORS - 1) // TILE_VECTORS
     blocks = (na + TILE_PLANES - 1) // TILE_PLANES
     for t in prange(nb * blocks * tiles):
-        n = t // (blocks * tiles)
-        a0 = (t // tiles) % blocks * TILE_PLANES
-        v = (t % tiles) * TILE_VECTORS
-        s0, d0 = vector_at(v, per_row, width, nl, src_row, dst_row)
-        s1, d1 = vector_at(min(v + 1, vectors - 1), per_row, width, nl, src_row, dst_row)
-        last = na - 1
-        a = (
-            a0, min(a0 + 1, last), min(a0 + 2, last), min(a0 + 3, last),
-            min(a0 + 4, last), min(a0 + 5, last), min(a0 + 6, last), min(a0 + 7, last),
-        )  # fmt: skip
+        n, a0, s0, d0, s1, d1 = tile_at(
+            t, tiles, blocks, vectors, per_row, width, nl, src_row, dst_row
+        )
+        a = planes(a0, na)
         acc0 = zeros(dst)
         acc1 = zeros(dst)
         for b in range(ni):
@@ -127,9 +153,7 @@ def _tiles_forward(dst, padded, w, flipped, rows, width, src_row, dst_row, shift
                     shift = shifts[p * 3 + q]
                     acc0 = fma_planes(acc0, f, vload(src, s0 + shift))
                     acc1 = fma_planes(acc1, f, vload(src, s1 + shift))
-        for k in range(min(TILE_PLANES, na - a0)):
-            vstore(dst[n, a0 + k], d0, acc0[k])
-            vstore(dst[n, a0 + k], d1, acc1[k])
+        store_tile(dst, n, a0, d0, d1, acc0, acc1)
 
 
 def _lanes_of(a):
@@ -162,16 +186,10 @@ def _valid_tiles(dst, x, w, rows, width, src_row):
     tiles = (vectors + TILE_VECTORS - 1) // TILE_VECTORS
     blocks = (na + TILE_PLANES - 1) // TILE_PLANES
     for t in prange(nb * blocks * tiles):
-        n = t // (blocks * tiles)
-        a0 = (t // tiles) % blocks * TILE_PLANES
-        v = (t % tiles) * TILE_VECTORS
-        s0, d0 = vector_at(v, per_row, width, nl, src_row, width)
-        s1, d1 = vector_at(min(v + 1, vectors - 1), per_row, width, nl, src_row, width)
-        last = na - 1
-        a = (
-            a0, min(a0 + 1, last), min(a0 + 2, last), min(a0 + 3, last),
-            min(a0 + 4, last), min(a0 + 5, last), min(a0 + 6, last), min(a0 + 7, last),
-        )  # fmt: skip
+        n, a0, s0, d0, s1, d1 = tile_at(
+            t, tiles, blocks, vectors, per_row, width, nl, src_row, width
+        )
+        a = planes(a0, na)
         acc0 = zeros(dst)
         acc1 = zeros(dst)
         for b in range(ni):
@@ -181,9 +199,7 @@ def _valid_tiles(dst, x, w, rows, width, src_row):
                     f = filters(w, a, b, p, q, False)
                     acc0 = fma_planes(acc0, f, vload(src, s0 + p * src_row + q))
                     acc1 = fma_planes(acc1, f, vload(src, s1 + p * src_row + q))
-        for k in range(min(TILE_PLANES, na - a0)):
-            vstore(dst[n, a0 + k], d0, acc0[k])
-            vstore(dst[n, a0 + k], d1, acc1[k])
+        store_tile(dst, n, a0, d0, d1, acc0, acc1)
 
 
 lanes_of = njit(inline="always", cache=True)(_lanes_of)
