@@ -31,7 +31,7 @@ import numpy as np
 from numba import prange
 
 from ._jit import njit
-from ._window import output_size, valid_range
+from ._window import output_size
 
 # Window indices such as max(i*sh - ph, 0) have a sign the compiler cannot see, so Numba
 # would add a negative-index wraparound test to every access; they are valid positions,
@@ -189,7 +189,12 @@ def _avgpool2d_backward(
     count_include_pad=True,
 ):
     """dx[n,c,u,v] = sum over windows containing (u,v) of dy[n,c,i,j] / the forward's taps of
-    window (i, j). Overwrites dx; parallel over (n,c)."""
+    window (i, j). Overwrites dx; parallel over (n,c).
+
+    Each window scatters its share into its taps, the windows taken from the last (i, j) back
+    to the first: so where windows overlap, a tap adds its shares in the order of the kernel
+    offsets (p, q) ascending, the order of the forward's sum. A window's taps are whole rows
+    of the plane, one short contiguous loop each: a global pool is one window of h*w taps."""
     ph_end = ph if ph_end is None else ph_end
     pw_end = pw if pw_end is None else pw_end
     check_pool(dy, dx, kh, kw, sh, sw, ph, pw, ph_end, pw_end, ceil_mode)
@@ -197,36 +202,25 @@ def _avgpool2d_backward(
     oh, ow = dy.shape[2], dy.shape[3]
     top, bottom = (-ph, h + ph_end) if count_include_pad else (0, h)
     left, right = (-pw, w + pw_end) if count_include_pad else (0, w)
-    # Every window has kh*kw taps where the padding counts and no window is clipped: the
-    # common case keeps one constant factor out of the inner loop.
-    whole = (
-        taps((oh - 1) * sh - ph, kh, top, bottom) == kh
-        and taps((ow - 1) * sw - pw, kw, left, right) == kw
-    )
-    whole = whole and count_include_pad
-    inv = 1.0 / (kh * kw)
     for t in prange(n * c):
         b = t // c
         ci = t % c
         for u in range(h):
             for v in range(w):
                 dx[b, ci, u, v] = 0
-        for p in range(kh):
-            i_lo, i_hi = valid_range(oh, p, sh, ph, h)
-            for q in range(kw):
-                j_lo, j_hi = valid_range(ow, q, sw, pw, w)
-                off = q - pw
-                for i in range(i_lo, i_hi):
-                    u = i * sh + p - ph
-                    if whole:
-                        for j in range(j_lo, j_hi):
-                            dx[b, ci, u, _u(j * sw + off)] += dy[b, ci, i, _u(j)] * inv
-                    else:
-                        rows = taps(i * sh - ph, kh, top, bottom)
-                        for j in range(j_lo, j_hi):
-                            cols = taps(j * sw - pw, kw, left, right)
-                            g = dy[b, ci, i, _u(j)] * (1.0 / (rows * cols))
-                            dx[b, ci, u, _u(j * sw + off)] += g
+        for i in range(oh - 1, -1, -1):
+            u0 = i * sh - ph
+            u_lo = max(u0, 0)
+            u_hi = min(u0 + kh, h)
+            rows = taps(u0, kh, top, bottom)
+            for j in range(ow - 1, -1, -1):
+                v0 = j * sw - pw
+                v_lo = max(v0, 0)
+                v_hi = min(v0 + kw, w)
+                g = dy[b, ci, i, j] * (1.0 / (rows * taps(v0, kw, left, right)))
+                for u in range(u_lo, u_hi):
+                    for v in range(v_lo, v_hi):
+                        dx[b, ci, _u(u), _u(v)] += g
 
 
 maxpool2d_forward = njit(parallel=True, cache=True)(_maxpool2d_forward)
