@@ -155,10 +155,18 @@ def conv3x3s2_phase_plane(oh, ow):
     return (oh + 1) * (ow + 1) + 1
 
 
+def conv3x3s2_phase_sums(oh, ow):
+    """Elements of one phase plane's sums in conv3x3s2's backward data: a row W2 = OW+1 long
+    (row 0, which phase a = 0 does not use), then the OH rows a phase computes, at least one
+    vector (VECTOR_LANES)."""
+    return (ow + 1) + max(oh * (ow + 1), VECTOR_LANES)
+
+
 def conv3x3s2_dy_plane(oh, ow):
-    """Elements of one plane of dy padded by a zero row above, a zero column to the left and a
-    zero row below, rows W2 = OW+1 long, and a trailing zero: (OH+2)*W2 + 1."""
-    return (oh + 2) * (ow + 1) + 1
+    """Elements of one plane of dy padded by a zero row above, a zero column to the left and
+    zeros below: as many as a phase plane's sums read, the sums and their farthest tap, W2 + 1
+    past them. (OH+2)*W2 + 1 where a phase has a vector's sums or more."""
+    return conv3x3s2_phase_sums(oh, ow) + (ow + 1) + 1
 
 
 def conv3x3s2_sums(oh, ow):
@@ -176,9 +184,9 @@ def conv3x3s2_forward_need(c, o, oh, ow):
 
 
 def conv3x3s2_data_need(c, o, oh, ow):
-    """Workspace elements per sample of conv3x3s2's backward data: dy's padded planes and a
-    zero spare, and the four phase sums of each dx plane and a spare."""
-    return (o + 1) * conv3x3s2_dy_plane(oh, ow) + (c + 1) * 4 * (oh + 1) * (ow + 1)
+    """Workspace elements per sample of conv3x3s2's backward data: dy's padded planes, and the
+    four phase planes' sums of each dx plane."""
+    return o * conv3x3s2_dy_plane(oh, ow) + c * 4 * conv3x3s2_phase_sums(oh, ow)
 
 
 def conv3x3s2_filter_need(c, o, oh, ow):

@@ -35,7 +35,7 @@ EXPECTED = {
     "02_graph_and_memory.ipynb": [
         "graph (serial) identical to eager: True",
         "graph (BFS) identical to eager: True",
-        "arena of the plan      21.8 MiB  (1.000 x LB)",
+        "arena of the plan      21.7 MiB  (1.000 x LB)",
         "allocator calls during a replay: 0",
         "relu(h) written over h: False",
         "h + relu(h) written over h: True",

@@ -1,6 +1,7 @@
 """The layouts of kernels/cpu/conv3x3s2.py, its module docstring says why: an input's phase
-planes (split) and dy's planes in rows W2 apart (rows). Copies, memory-bound: parallel over the
-planes from PARALLEL_FROM elements of their source (by_size), serial below."""
+planes (split), dy's planes in rows W2 apart (rows), and dx from its phase planes (merge).
+Copies, memory-bound: parallel over the planes from PARALLEL_FROM elements of their source
+(by_size), serial below."""
 
 import numpy as np
 from numba import prange
@@ -53,3 +54,21 @@ def _rows(planes, dy, w2):
 
 
 rows = by_size(_rows, on=1)
+
+
+def _merge(dx, phases, w2):
+    """dx from its four phase planes, split's inverse without the padding: dx[n, c, 2r+a-1,
+    2s+b-1] = phases[2a+b, n, c, r*W2 + s] (conv3x3s2's backward data)."""
+    nb, c, h, wd = dx.shape
+    for t in prange(nb * c):
+        n, ci = t // c, t % c
+        for k in range(4):
+            a, b = k // 2, k % 2
+            plane = phases[k, n, ci]
+            for r in range(1 - a, (h - a) // 2 + 1):
+                i = 2 * r + a - 1
+                for s in range(1 - b, (wd - b) // 2 + 1):
+                    dx[n, ci, i, 2 * s + b - 1] = plane[_u(r * w2 + s)]
+
+
+merge = by_size(_merge, on=0)

@@ -1,5 +1,6 @@
-"""Register tiles: the forward sums of conv3x3 and conv3x3s2, conv3x3's backward data, and the
-direct forward of a valid convolution with stride 1 (valid_tiles; _valid.py says when).
+"""Register tiles: the forward sums of conv3x3 and conv3x3s2, the backward data of both, the
+forward and backward data of conv1x1 (pointwise_tiles), and the direct forward of a valid
+convolution with stride 1 (valid_tiles; _valid.py says when).
 
 Both kernels lay their input out so that tap (p, q) of an output pixel is one fixed shift from
 the pixel's own offset in the input's layout: conv3x3's padded planes (shift p*W2 + q, W2 = W
@@ -20,6 +21,16 @@ tiles write each plane's sums in one long row (H rows W2 apart, as the input's),
 vector long, and unpad_rows copies them out: the caller's workspace gives the sums room, and
 room for the reads of a short plane's vector past the plane (conv3x3: zeros in every padded
 plane; conv3x3s2: room after the last phase plane), whose extra lanes are never used.
+
+A tile's two vectors are two consecutive vectors of one sample, or, where a sample has an odd
+number of them, the same vector of two samples (tiling): an 8x8 plane's 80 row-padded sums
+are five vectors, which pairs within the sample computed as six (conv3x3's tiles on ResNet-20's
+8x8 layers 1.10x faster paired, the same bits).
+
+conv3x3s2's backward data (phase_tiles) and conv1x1 (pointwise_tiles) take the tile with other
+taps: a kernel for each phase or for each direction, compiled from one source with its taps
+fixed (a closure's constants), since taps read at run time unroll no loop: a tuple of nine
+taps read in tiles_forward's loop made conv3x3's tiles 1.5-1.8x slower.
 """
 
 import numpy as np
@@ -72,17 +83,33 @@ def _fma_planes(acc, f, x):
     )  # fmt: skip
 
 
-def _tile_at(t, tiles, blocks, vectors, per_row, width, nl, src_row, dst_row):
-    """Task t's register tile (t over samples, then blocks of TILE_PLANES planes, then tiles
-    of TILE_VECTORS vectors): (sample n, first plane a0, source and destination offsets of
-    its two vectors (vector_at); with an odd number of vectors the last tile's second vector
-    is its first again)."""
-    n = t // (blocks * tiles)
+def _tile_at(t, tiles, blocks, vectors, per_row, width, nl, src_row, dst_row, paired, nb):
+    """Task t's register tile (t over units of samples, then blocks of TILE_PLANES planes, then
+    tiles): (samples n0 and n1 of its two vectors, first plane a0, source and destination
+    offsets of the two (vector_at)). Two forms (tiling): a tile's two vectors are consecutive
+    vectors of one sample (a unit is a sample, `tiles` = vectors / 2 rounded up); or, paired,
+    the same vector of two consecutive samples (a unit is two samples, `tiles` = vectors).
+    An odd last tile or pair computes its first vector again."""
+    unit = t // (blocks * tiles)
     a0 = (t // tiles) % blocks * TILE_PLANES
-    v = (t % tiles) * TILE_VECTORS
-    s0, d0 = vector_at(v, per_row, width, nl, src_row, dst_row)
-    s1, d1 = vector_at(min(v + 1, vectors - 1), per_row, width, nl, src_row, dst_row)
-    return n, a0, s0, d0, s1, d1
+    k = t % tiles
+    if paired:
+        n0, n1, v0, v1 = 2 * unit, min(2 * unit + 1, nb - 1), k, k
+    else:
+        n0, n1, v0, v1 = unit, unit, k * TILE_VECTORS, min(k * TILE_VECTORS + 1, vectors - 1)
+    s0, d0 = vector_at(v0, per_row, width, nl, src_row, dst_row)
+    s1, d1 = vector_at(v1, per_row, width, nl, src_row, dst_row)
+    return n0, n1, a0, s0, d0, s1, d1
+
+
+def _tiling(nb, vectors):
+    """(paired, units, tiles) of a pass over nb samples of `vectors` vectors each (tile_at): a
+    sample's vectors in pairs where their number is even (or the batch one sample), else the
+    same vector of two samples, so that a short plane's odd vector is not computed twice
+    (an 8x8 plane's 80 sums are 5 vectors of 16: 6 computed in pairs within the sample)."""
+    if vectors % TILE_VECTORS == 0 or nb == 1:
+        return False, nb, (vectors + TILE_VECTORS - 1) // TILE_VECTORS
+    return True, (nb + 1) // 2, vectors
 
 
 def _planes(a0, na):
@@ -94,11 +121,11 @@ def _planes(a0, na):
     )  # fmt: skip
 
 
-def _store_tile(dst, n, a0, d0, d1, acc0, acc1):
-    """The tile's sums into dst[n] at offsets d0 and d1, for its planes that exist."""
+def _store_tile(dst, n0, n1, a0, d0, d1, acc0, acc1):
+    """The tile's sums into dst[n0] at offset d0 and dst[n1] at d1, for its planes that exist."""
     for k in range(min(TILE_PLANES, dst.shape[1] - a0)):
-        vstore(dst[n, a0 + k], d0, acc0[k])
-        vstore(dst[n, a0 + k], d1, acc1[k])
+        vstore(dst[n0, a0 + k], d0, acc0[k])
+        vstore(dst[n1, a0 + k], d1, acc1[k])
 
 
 def _zeros(a):
@@ -111,6 +138,7 @@ filters = njit(inline="always", cache=True)(_filters)
 fma_planes = njit(inline="always", cache=True)(_fma_planes)
 zeros = njit(inline="always", cache=True)(_zeros)
 tile_at = njit(inline="always", cache=True)(_tile_at)
+tiling = njit(inline="always", cache=True)(_tiling)
 planes = njit(inline="always", cache=True)(_planes)
 store_tile = njit(inline="always", cache=True)(_store_tile)
 
@@ -136,24 +164,102 @@ def _tiles_forward(dst, padded, w, flipped, rows, width, src_row, dst_row, shift
     nl = lanes_of(dst)
     per_row = (width + nl - 1) // nl
     vectors = rows * per_row
-    tiles = (vectors + TILE_VECTORS - 1) // TILE_VECTORS
+    paired, units, tiles = tiling(nb, vectors)
     blocks = (na + TILE_PLANES - 1) // TILE_PLANES
-    for t in prange(nb * blocks * tiles):
-        n, a0, s0, d0, s1, d1 = tile_at(
-            t, tiles, blocks, vectors, per_row, width, nl, src_row, dst_row
+    for t in prange(units * blocks * tiles):
+        n0, n1, a0, s0, d0, s1, d1 = tile_at(
+            t, tiles, blocks, vectors, per_row, width, nl, src_row, dst_row, paired, nb
         )
         a = planes(a0, na)
         acc0 = zeros(dst)
         acc1 = zeros(dst)
         for b in range(ni):
-            src = padded[n, b]
+            src0, src1 = padded[n0, b], padded[n1, b]
             for p in range(3):
                 for q in range(3):
                     f = filters(w, a, b, p, q, flipped)
                     shift = shifts[p * 3 + q]
-                    acc0 = fma_planes(acc0, f, vload(src, s0 + shift))
-                    acc1 = fma_planes(acc1, f, vload(src, s1 + shift))
-        store_tile(dst, n, a0, d0, d1, acc0, acc1)
+                    acc0 = fma_planes(acc0, f, vload(src0, s0 + shift))
+                    acc1 = fma_planes(acc1, f, vload(src1, s1 + shift))
+        store_tile(dst, n0, n1, a0, d0, d1, acc0, acc1)
+
+
+def _row_tiling(dst, width):
+    """(vectors, paired, units, tiles, blocks) of a pass whose output planes are each one row
+    of `width` sums (phase_tiles, pointwise_tiles): tiling's, and the blocks of planes."""
+    nl = lanes_of(dst)
+    vectors = (width + nl - 1) // nl
+    paired, units, tiles = tiling(dst.shape[0], vectors)
+    return vectors, paired, units, tiles, (dst.shape[1] + TILE_PLANES - 1) // TILE_PLANES
+
+
+def _row_tile_at(t, dst, width, vectors, paired, tiles, blocks):
+    """tile_at of such a pass: a row of `vectors` vectors a plane."""
+    nl = lanes_of(dst)
+    return tile_at(t, tiles, blocks, vectors, vectors, width, nl, 0, 0, paired, dst.shape[0])
+
+
+row_tiling = njit(inline="always", cache=True)(_row_tiling)
+row_tile_at = njit(inline="always", cache=True)(_row_tile_at)
+
+
+def _phase(a, b):
+    """The kernel of phase (a, b) of conv3x3s2's backward data (conv3x3s2.py's docstring) on
+    the tiles, its taps' loops fixed when it compiles (a and b are constants there: read at run
+    time, the four phases ran at 100-155 GFLOP/s where the forward's tiles make 300):
+
+        dst[n,c] at each vector's offset u = sum_{o,p,q} w[o,c,2-p,2-q] dyp[n,o,u+shift_pq]
+
+    over the taps p in (a, a+2), q in (b, b+2) within the filter (4, 2, 2 or 1 of them),
+    shift_pq = ((p+1)//2)*W2 + (q+1)//2, the sums in one row of `width` from `start` (rows W2
+    apart, as dyp's). The tile, the order ((o, p, q), one chain of fused multiply-adds from
+    zero) and the tiling are tiles_forward's. Parallel over tiles; writes dst only."""
+
+    def phase_tiles(dst, dyp, w, start, width, w2):
+        vectors, paired, units, tiles, blocks = row_tiling(dst, width)
+        for t in prange(units * blocks * tiles):
+            n0, n1, a0, s0, d0, s1, d1 = row_tile_at(t, dst, width, vectors, paired, tiles, blocks)
+            s0, d0, s1, d1 = s0 + start, d0 + start, s1 + start, d1 + start
+            out = planes(a0, dst.shape[1])
+            acc0 = zeros(dst)
+            acc1 = zeros(dst)
+            for o in range(dyp.shape[1]):
+                src0, src1 = dyp[n0, o], dyp[n1, o]
+                for p in range(a, 3, 2):
+                    for q in range(b, 3, 2):
+                        f = filters(w, out, o, p, q, True)
+                        shift = (p + 1) // 2 * w2 + (q + 1) // 2
+                        acc0 = fma_planes(acc0, f, vload(src0, s0 + shift))
+                        acc1 = fma_planes(acc1, f, vload(src1, s1 + shift))
+            store_tile(dst, n0, n1, a0, d0, d1, acc0, acc1)
+
+    phase_tiles.__qualname__ += f"_{a}{b}"  # a disk cache of its own (_jit.py)
+    return njit(parallel=True, cache=True)(phase_tiles)
+
+
+def _pointwise(flipped):
+    """The tiles of a 1x1 convolution's forward (flipped False) or backward data (True) over
+    planes of `width` pixels (conv1x1.py): dst[n,a,u] = sum_b f[a,b] src[n,b,u], f[a,b] =
+    w[a,b,0,0], or w[b,a,0,0] when flipped; one tap, shift 0. The tile, the order (b, one
+    chain of fused multiply-adds from zero) and the tiling are tiles_forward's; `flipped` is
+    fixed when it compiles, as phase_tiles' taps are. Parallel over tiles; writes dst only."""
+    tap = 2 if flipped else 0  # filters() reads w[b, a, 2 - tap, 2 - tap] when flipped
+
+    def pointwise_tiles(dst, src, w, width):
+        vectors, paired, units, tiles, blocks = row_tiling(dst, width)
+        for t in prange(units * blocks * tiles):
+            n0, n1, a0, s0, d0, s1, d1 = row_tile_at(t, dst, width, vectors, paired, tiles, blocks)
+            out = planes(a0, dst.shape[1])
+            acc0 = zeros(dst)
+            acc1 = zeros(dst)
+            for b in range(src.shape[1]):
+                f = filters(w, out, b, tap, tap, flipped)
+                acc0 = fma_planes(acc0, f, vload(src[n0, b], s0))
+                acc1 = fma_planes(acc1, f, vload(src[n1, b], s1))
+            store_tile(dst, n0, n1, a0, d0, d1, acc0, acc1)
+
+    pointwise_tiles.__qualname__ += "_flipped" if flipped else ""  # a disk cache of its own
+    return njit(parallel=True, cache=True)(pointwise_tiles)
 
 
 def _lanes_of(a):
@@ -183,28 +289,32 @@ def _valid_tiles(dst, x, w, rows, width, src_row):
     nl = lanes_of(dst)
     per_row = (width + nl - 1) // nl
     vectors = rows * per_row
-    tiles = (vectors + TILE_VECTORS - 1) // TILE_VECTORS
+    paired, units, tiles = tiling(nb, vectors)
     blocks = (na + TILE_PLANES - 1) // TILE_PLANES
-    for t in prange(nb * blocks * tiles):
-        n, a0, s0, d0, s1, d1 = tile_at(
-            t, tiles, blocks, vectors, per_row, width, nl, src_row, width
+    for t in prange(units * blocks * tiles):
+        n0, n1, a0, s0, d0, s1, d1 = tile_at(
+            t, tiles, blocks, vectors, per_row, width, nl, src_row, width, paired, nb
         )
         a = planes(a0, na)
         acc0 = zeros(dst)
         acc1 = zeros(dst)
         for b in range(ni):
-            src = x[n, b]
+            src0, src1 = x[n0, b], x[n1, b]
             for p in range(kh):
                 for q in range(kw):
                     f = filters(w, a, b, p, q, False)
-                    acc0 = fma_planes(acc0, f, vload(src, s0 + p * src_row + q))
-                    acc1 = fma_planes(acc1, f, vload(src, s1 + p * src_row + q))
-        store_tile(dst, n, a0, d0, d1, acc0, acc1)
+                    acc0 = fma_planes(acc0, f, vload(src0, s0 + p * src_row + q))
+                    acc1 = fma_planes(acc1, f, vload(src1, s1 + p * src_row + q))
+        store_tile(dst, n0, n1, a0, d0, d1, acc0, acc1)
 
 
 lanes_of = njit(inline="always", cache=True)(_lanes_of)
 tiles_forward = njit(parallel=True, cache=True)(_tiles_forward)
 valid_tiles = njit(parallel=True, cache=True)(_valid_tiles)
+#: pointwise_tiles, forward (False) and backward data (True)
+POINTWISE_TILES = {False: _pointwise(False), True: _pointwise(True)}
+#: phase_tiles of phase k = 2a + b
+PHASE_TILES = tuple(_phase(k // 2, k % 2) for k in range(4))
 unpad_rows = njit(parallel=True, cache=True)(_unpad_rows)
 
 

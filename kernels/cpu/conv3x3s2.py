@@ -24,7 +24,12 @@ stride-1 correlation of dy, padded by one zero row above and one zero column to 
     dxph[0,1] = w21 dyp[u+1] + w01 dyp[u+W2+1]    dxph[1,0] = w12 dyp[u+W2] + w10 dyp[u+W2+1]
     dxph[1,1] = w11 dyp[u+W2+1]                   (u = r*W2 + s)
 
-then the phases are interleaved back into dx (dx[2r+a-1, 2s+b-1] = dxph[a,b][r,s]).
+each phase plane a stride-1 convolution with 4, 2, 2 or 1 taps, on the register tiles of the
+forward (_tiles.py's phase_tiles: a kernel per phase, its taps fixed when it compiles); then
+the phases are interleaved back into dx (dx[2r+a-1, 2s+b-1] = dxph[a,b][r,s]: _phases.merge).
+Its earlier loops over whole planes, two dx and two dy planes at a time, ran at a third to a
+half of the tiles' speed (82-118 against 160-217 GFLOP/s in bench/conv.py on ResNet-20's
+stride-2 layers, 2-core AMD EPYC): every multiply-add read and wrote its sum in memory.
 Backward filter is nine dot products per (filter, channel) pair over the batch,
 dw[o,c,p,q] = sum_n sum_{i,j} dy[n,o,i,j] phase[p%2,q%2][n,c,i+p//2,j+q//2], with the
 filters in the vector's lanes over dy transposed, samples in groups, as conv3x3's
@@ -32,7 +37,7 @@ filters in the vector's lanes over dy transposed, samples in groups, as conv3x3'
 
 Workspace: ``conv3x3s2_workspace_per_sample`` elements per sample (kernels/sizes.py): forward,
 the phase planes of x and each output plane's sums (_tiles.py); backward data, dy's padded
-planes and the four phase sums of each dx plane (and a spare); backward filter, the phase
+planes and the four phase planes' sums of each dx plane; backward filter, the phase
 planes of x and dy transposed. The batch runs in chunks of as many samples as the workspace holds;
 backward filter's chunks are whole groups (conv3x3s2_filter_sample_group).
 
@@ -44,7 +49,7 @@ padding with dy: an infinity in dy may make more of dw NaN than the direct kerne
 """
 
 import numpy as np
-from numba import get_num_threads, prange
+from numba import get_num_threads
 
 from ..sizes import (
     conv3x3s2_data_need,
@@ -53,12 +58,13 @@ from ..sizes import (
     conv3x3s2_filter_sample_group,
     conv3x3s2_forward_need,
     conv3x3s2_phase_plane,
+    conv3x3s2_phase_sums,
     conv3x3s2_sums,
 )
 from ._filter_lanes import channel_sets, filter_lanes, transposed
 from ._jit import njit
-from ._phases import rows, split
-from ._tiles import forward_tiles
+from ._phases import merge, rows, split
+from ._tiles import PHASE_TILES, forward_tiles
 
 # Non-negative indices as unsigned: Numba then drops its negative-index wraparound, which
 # blocks vectorisation (conv.py says more).
@@ -80,108 +86,6 @@ def _check(y, x, w):
 
 
 check = njit(cache=True)(_check)
-
-
-def _taps(w, o, c, real):
-    """The nine taps w[o, c] in the order (00, 01, 02, 10, ..., 22), or nine zeros (not real:
-    the partner of the last of an odd number of dy planes, whose plane is the zero spare)."""
-    z = w.dtype.type(0)
-    if not real:
-        return z, z, z, z, z, z, z, z, z
-    return (
-        w[o, c, 0, 0], w[o, c, 0, 1], w[o, c, 0, 2],
-        w[o, c, 1, 0], w[o, c, 1, 1], w[o, c, 1, 2],
-        w[o, c, 2, 0], w[o, c, 2, 1], w[o, c, 2, 2],
-    )  # fmt: skip
-
-
-taps = njit(inline="always", cache=True)(_taps)
-
-
-def _phases_data(dx, dyp, acc, w):
-    """dx = the adjoint of the forward w.r.t. x: for each dx plane c, the four phase sums of
-    the module docstring over dy's padded planes dyp (O of them, and a zero spare dyp[n, O]),
-    in acc[n, c] (4 planes of (OH+1)*W2), then interleaved into dx.
-
-    Each pass over the planes serves two dx planes and two dy planes (the eight reads of dyp
-    feed 36 multiply-adds into eight sums: half the accumulator updates per multiply-add of one
-    dy plane at a time), in four loops, one per phase plane: a loop that updates two sums
-    vectorises, one that updated all eight did not (LLVM gives up proving that eight stores
-    miss the loads; measured 1.9x slower). The last of an odd number of dx planes is partnered
-    by the spare acc[n, C], the last of an odd number of dy planes by the zero plane with zero
-    taps (adding zeros: the same sums). Overwrites dx and acc; parallel over pairs of dx
-    planes.
-
-    The slowest of the three passes (bench/conv.py, one thread: 36-50 GFLOP/s where forward
-    and backward filter make 65-78): each multiply-add moves more memory than the forward's,
-    which reads nine inputs into two sums; more dy planes per loop would share the updates."""
-    nb, nc, h, wd = dx.shape
-    no = dyp.shape[1] - 1
-    w2 = (wd + 1) // 2 + 1
-    rows = (h + 1) // 2 + 1
-    size = rows * w2
-    r1 = _u(w2)
-    pairs = (nc + 1) // 2
-    for t in prange(nb * pairs):
-        n = t // pairs
-        c = (t % pairs) * 2
-        c2 = c + 1 if c + 1 < nc else c
-        out, out2 = acc[n, c], acc[n, c + 1]
-        for k in range(4):
-            for u in range(size):
-                out[k, u] = 0
-                out2[k, u] = 0
-        ee, eo, oe, oo = out[0], out[1], out[2], out[3]
-        ee2, eo2, oe2, oo2 = out2[0], out2[1], out2[2], out2[3]
-        for o in range(0, no, 2):
-            real = o + 1 < no
-            f00, f01, f02, f10, f11, f12, f20, f21, f22 = taps(w, o, c, True)
-            g00, g01, g02, g10, g11, g12, g20, g21, g22 = taps(w, o, c2, True)
-            h00, h01, h02, h10, h11, h12, h20, h21, h22 = taps(w, o + 1, c, real)
-            k00, k01, k02, k10, k11, k12, k20, k21, k22 = taps(w, o + 1, c2, real)
-            src, src2 = dyp[n, o], dyp[n, o + 1 if real else no]
-            # one loop per phase plane (see the docstring)
-            for u in range(size):
-                v = _u(u)
-                d00, d01, d10, d11 = src[v], src[v + _u(1)], src[r1 + v], src[r1 + v + _u(1)]
-                e00, e01 = src2[v], src2[v + _u(1)]
-                e10, e11 = src2[r1 + v], src2[r1 + v + _u(1)]
-                ee[v] += (
-                    f22 * d00 + f20 * d01 + f02 * d10 + f00 * d11
-                    + h22 * e00 + h20 * e01 + h02 * e10 + h00 * e11
-                )  # fmt: skip
-                ee2[v] += (
-                    g22 * d00 + g20 * d01 + g02 * d10 + g00 * d11
-                    + k22 * e00 + k20 * e01 + k02 * e10 + k00 * e11
-                )  # fmt: skip
-            for u in range(size):
-                v = _u(u)
-                d01, d11 = src[v + _u(1)], src[r1 + v + _u(1)]
-                e01, e11 = src2[v + _u(1)], src2[r1 + v + _u(1)]
-                eo[v] += f21 * d01 + f01 * d11 + h21 * e01 + h01 * e11
-                eo2[v] += g21 * d01 + g01 * d11 + k21 * e01 + k01 * e11
-            for u in range(size):
-                v = _u(u)
-                d10, d11 = src[r1 + v], src[r1 + v + _u(1)]
-                e10, e11 = src2[r1 + v], src2[r1 + v + _u(1)]
-                oe[v] += f12 * d10 + f10 * d11 + h12 * e10 + h10 * e11
-                oe2[v] += g12 * d10 + g10 * d11 + k12 * e10 + k10 * e11
-            for u in range(size):
-                v = _u(u)
-                d11, e11 = src[r1 + v + _u(1)], src2[r1 + v + _u(1)]
-                oo[v] += f11 * d11 + h11 * e11
-                oo2[v] += g11 * d11 + k11 * e11
-        for k in range(4):  # dx[2r + a - 1, 2s + b - 1] = phase k = 2a + b at (r, s)
-            a, b = k // 2, k % 2
-            for r in range(1 - a, (h - a) // 2 + 1):
-                i = 2 * r + a - 1
-                for s in range(1 - b, (wd - b) // 2 + 1):
-                    dx[n, c, i, 2 * s + b - 1] = out[k, _u(r * w2 + s)]
-                    if c + 1 < nc:
-                        dx[n, c + 1, i, 2 * s + b - 1] = out2[k, _u(r * w2 + s)]
-
-
-phases_data = njit(parallel=True, cache=True, fastmath={"contract"})(_phases_data)
 
 
 def _chunks(n, workspace, per_sample, group=1):
@@ -224,16 +128,18 @@ def conv3x3s2_backward_data(dx, dy, w, workspace):
     check(dy, dx, w)
     n, c, h, wd = dx.shape
     o, oh, ow = dy.shape[1], dy.shape[2], dy.shape[3]
-    dplane, size = conv3x3s2_dy_plane(oh, ow), (oh + 1) * (ow + 1)
+    dplane, psums = conv3x3s2_dy_plane(oh, ow), conv3x3s2_phase_sums(oh, ow)
+    w2 = ow + 1
     b = _chunks(n, workspace, conv3x3s2_data_need(c, o, oh, ow))
     for n0 in range(0, n, b):
         nb = min(b, n - n0)
-        dyp = workspace[: nb * (o + 1) * dplane].reshape(nb, o + 1, dplane)
-        end = nb * (o + 1) * dplane + nb * (c + 1) * 4 * size
-        acc = workspace[nb * (o + 1) * dplane : end].reshape(nb, c + 1, 4, size)
-        rows(dyp[:, :o], dy[n0 : n0 + nb], ow + 1)
-        dyp[:, o] = 0  # the spare: the partner of the last of an odd number of dy planes
-        phases_data(dx[n0 : n0 + nb], dyp, acc, w)
+        dyp = workspace[: nb * o * dplane].reshape(nb, o, dplane)
+        end = nb * o * dplane + 4 * nb * c * psums
+        phases = workspace[nb * o * dplane : end].reshape(4, nb, c, psums)
+        rows(dyp, dy[n0 : n0 + nb], w2)
+        for k in range(4):  # phase (a, b) = (k // 2, k % 2): rows 1 - a to OH - a of its sums
+            PHASE_TILES[k](phases[k], dyp, w, (1 - k // 2) * w2, psums - w2, w2)
+        merge(dx[n0 : n0 + nb], phases, w2)
 
 
 def conv3x3s2_backward_filter(dw, dy, x, workspace):

@@ -77,11 +77,12 @@ def test_the_geometry_it_applies_to():
     assert conv3x3s2_applies(3, 3, 2, 2, 1, 1)
     for other in [(3, 3, 1, 1, 1, 1), (3, 3, 2, 2, 0, 0), (3, 3, 2, 1, 1, 1), (1, 1, 2, 2, 0, 0)]:
         assert not conv3x3s2_applies(*other)
-    # 5x4 input, output 3x2: phase planes (3+1)*(2+1)+1 = 13, dy's padded planes (3+2)*3+1 =
-    # 16, sums 3*3 a plane but a vector (16) at least: forward 4*4*13 + 6*16 + (16 - 9) = 311
-    # (the last term: room for a short plane's reads), data 7*16 + 5*4*12 = 352, filter
-    # (16+6)*13 = 286
-    assert conv3x3s2_workspace_per_sample(4, 6, 5, 4) == 352
+    # 5x4 input, output 3x2, W2 = 3: phase planes (3+1)*3+1 = 13, sums 3*3 a plane but a
+    # vector (16) at least: forward 4*4*13 + 6*16 + (16 - 9) = 311 (the last term: room for a
+    # short plane's reads); backward data's phase sums a row and a vector, 3 + 16 = 19, and
+    # dy's padded planes as much as they read, 19 + 3 + 1 = 23: data 6*23 + 4*4*19 = 442;
+    # filter (16+6)*13 = 286
+    assert conv3x3s2_workspace_per_sample(4, 6, 5, 4) == 442
     assert conv3x3s2_filter_need(4, 6, 3, 2) == 260
 
 

@@ -107,11 +107,11 @@ def test_widened_sums_in_a_fixed_tree(rng, dtype):
 
 def test_the_register_tiles_run_as_python(tmp_path):
     """NUMBA_DISABLE_JIT=1: conv3x3's forward and backward data (one tile straight into y, one
-    through the rows of sums), conv3x3s2's forward on a short plane, both backward filters
-    (the filters in the lanes, a second vector of them part full) and BatchNorm's forward
-    and backward, vector operations all plain
-    Python, give the compiled kernels' numbers (float64: to the last bits of two roundings;
-    float32 to its precision)."""
+    through the rows of sums), conv3x3s2's forward and backward data on a short plane,
+    conv1x1's forward and backward data (three samples: a pair and one alone), both backward
+    filters (the filters in the lanes, a second vector of them part full) and BatchNorm's
+    forward and backward, vector operations all plain Python, give the compiled kernels' numbers
+    (float64: to the last bits of two roundings; float32 to its precision)."""
     code = """
         import numpy as np, sys
         import nnmem.kernels.cpu as K
@@ -133,6 +133,16 @@ def test_the_register_tiles_run_as_python(tmp_path):
         ws = np.empty(2 * sizes.conv3x3s2_workspace_per_sample(3, 9, 3, 5))
         K.conv3x3s2_forward(y, x, wt, ws)
         np.save(sys.argv[1] + "/s2_y.npy", y)
+        dx = np.empty_like(x)  # its backward data: the four phases' tiles, short planes paired
+        K.conv3x3s2_backward_data(dx, rng.standard_normal(y.shape), wt, ws)
+        np.save(sys.argv[1] + "/s2_dx.npy", dx)
+        x = rng.standard_normal((3, 4, 3, 7))  # conv1x1: 21 pixels, 3 vectors: samples paired
+        wt = rng.standard_normal((9, 4, 1, 1))
+        y, dy = np.empty((3, 9, 3, 7)), rng.standard_normal((3, 9, 3, 7))
+        K.conv1x1_forward(y, x, wt, np.empty(0), 1, 1)
+        K.conv1x1_backward_data(x, dy, wt, np.empty(0), 1, 1)
+        np.save(sys.argv[1] + "/p_y.npy", y)
+        np.save(sys.argv[1] + "/p_dx.npy", x)
         x = rng.standard_normal((3, 4, 6, 5))  # backward filters: 21 filters, 4 channels
         dy, dy2 = rng.standard_normal((3, 21, 6, 5)), rng.standard_normal((3, 21, 3, 3))
         dw = np.empty((21, 4, 3, 3))
@@ -166,7 +176,7 @@ def test_the_register_tiles_run_as_python(tmp_path):
         )
         assert run.returncode == 0, run.stderr
         results[jit] = {p.name: np.load(p) for p in folder.iterdir()}
-    assert len(results["0"]) == 11
+    assert len(results["0"]) == 14
     for name, compiled in results["0"].items():
         tolerance = 1e-6 if name.startswith("bn") else 1e-13  # float32 outputs
         np.testing.assert_allclose(results["1"][name], compiled, rtol=tolerance, atol=tolerance)
