@@ -47,6 +47,9 @@ _u = np.uint64
 #: TILE_PLANES output planes, 16 vector registers of sums (of AVX-512's 32).
 TILE_VECTORS = 2
 TILE_PLANES = 8
+#: A row pass's input bytes a sample from which its blocks of planes run innermost
+#: (row_tile_at): half of a core's 1 MiB L2 cache on a Zen 5.
+INNER_FROM = 1 << 19
 
 
 def _vector_at(v, per_row, width, nl, src_row, dst_row):
@@ -184,19 +187,33 @@ def _tiles_forward(dst, padded, w, flipped, rows, width, src_row, dst_row, shift
         store_tile(dst, n0, n1, a0, d0, d1, acc0, acc1)
 
 
-def _row_tiling(dst, width):
-    """(vectors, paired, units, tiles, blocks) of a pass whose output planes are each one row
-    of `width` sums (phase_tiles, pointwise_tiles): tiling's, and the blocks of planes."""
+def _row_tiling(dst, src, width):
+    """(vectors, paired, units, tiles, blocks, inner) of a pass whose output planes are each
+    one row of `width` sums (phase_tiles, pointwise_tiles): tiling's, the blocks of planes, and
+    whether the blocks run innermost (row_tile_at): where a sample's input is larger than
+    INNER_FROM bytes."""
     nl = lanes_of(dst)
     vectors = (width + nl - 1) // nl
     paired, units, tiles = tiling(dst.shape[0], vectors)
-    return vectors, paired, units, tiles, (dst.shape[1] + TILE_PLANES - 1) // TILE_PLANES
+    blocks = (dst.shape[1] + TILE_PLANES - 1) // TILE_PLANES
+    inner = src.shape[1] * src.shape[2] * src.itemsize > INNER_FROM
+    return vectors, paired, units, tiles, blocks, inner
 
 
-def _row_tile_at(t, dst, width, vectors, paired, tiles, blocks):
-    """tile_at of such a pass: a row of `vectors` vectors a plane."""
+def _row_tile_at(t, dst, width, vectors, paired, tiles, blocks, inner):
+    """tile_at of such a pass: a row of `vectors` vectors a plane; with `inner`, the tasks in
+    another order, the blocks of planes innermost, so that consecutive tasks read the same
+    vectors of the input while they are in the cache. The im2col matrix of the CNN's 5x5
+    layer (500 x 1024 floats, 2 MiB; a strip of 2 vectors 64 KiB) is read once a block with
+    the blocks outermost: 1.43x slower (2-core AMD EPYC). On 1x1 layers of 16-64 KiB inputs
+    the blocks outermost were 4-11% faster."""
+    # signed: prange's index may be unsigned, and Numba unifies unsigned with signed to a float
+    task = np.int64(t)
+    if inner:
+        unit, rest = task // (blocks * tiles), task % (blocks * tiles)
+        task = unit * blocks * tiles + rest % blocks * tiles + rest // blocks
     nl = lanes_of(dst)
-    return tile_at(t, tiles, blocks, vectors, vectors, width, nl, 0, 0, paired, dst.shape[0])
+    return tile_at(task, tiles, blocks, vectors, vectors, width, nl, 0, 0, paired, dst.shape[0])
 
 
 row_tiling = njit(inline="always", cache=True)(_row_tiling)
@@ -216,9 +233,11 @@ def _phase(a, b):
     zero) and the tiling are tiles_forward's. Parallel over tiles; writes dst only."""
 
     def phase_tiles(dst, dyp, w, start, width, w2):
-        vectors, paired, units, tiles, blocks = row_tiling(dst, width)
+        vectors, paired, units, tiles, blocks, inner = row_tiling(dst, dyp, width)
         for t in prange(units * blocks * tiles):
-            n0, n1, a0, s0, d0, s1, d1 = row_tile_at(t, dst, width, vectors, paired, tiles, blocks)
+            n0, n1, a0, s0, d0, s1, d1 = row_tile_at(
+                t, dst, width, vectors, paired, tiles, blocks, inner
+            )
             s0, d0, s1, d1 = s0 + start, d0 + start, s1 + start, d1 + start
             out = planes(a0, dst.shape[1])
             acc0 = zeros(dst)
@@ -246,9 +265,11 @@ def _pointwise(flipped):
     tap = 2 if flipped else 0  # filters() reads w[b, a, 2 - tap, 2 - tap] when flipped
 
     def pointwise_tiles(dst, src, w, width):
-        vectors, paired, units, tiles, blocks = row_tiling(dst, width)
+        vectors, paired, units, tiles, blocks, inner = row_tiling(dst, src, width)
         for t in prange(units * blocks * tiles):
-            n0, n1, a0, s0, d0, s1, d1 = row_tile_at(t, dst, width, vectors, paired, tiles, blocks)
+            n0, n1, a0, s0, d0, s1, d1 = row_tile_at(
+                t, dst, width, vectors, paired, tiles, blocks, inner
+            )
             out = planes(a0, dst.shape[1])
             acc0 = zeros(dst)
             acc1 = zeros(dst)

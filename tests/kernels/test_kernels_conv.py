@@ -31,6 +31,9 @@ SHAPES = [
     (2, 3, 8, 8, 4, 3, 3, 2, 2, 1, 1),  # ResNet-style 3x3 / stride 2 / padding 1
     (1, 2, 5, 5, 3, 5, 5, 1, 1, 0, 0),  # dw (3 x 50) larger than a group's workspace (53)
     (3, 2, 32, 32, 3, 3, 3, 1, 1, 1, 1),  # 1024 output pixels: a sample group of one sample
+    # the SINGA CNN's 5x5 layer: a group's im2col matrix (500 x 1024 doubles, 4 MiB) is past
+    # _tiles.INNER_FROM, the tiles' blocks of filters run innermost; the last group one sample
+    (17, 20, 12, 12, 50, 5, 5, 1, 1, 0, 0),
 ]
 
 
