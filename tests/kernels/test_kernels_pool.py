@@ -96,6 +96,23 @@ def test_maxpool_ties_pick_first_in_row_major_order():
     np.testing.assert_array_equal(arg[0, 0], [[1, 1], [3, 5]])
 
 
+def test_maxpool_2x2_stride_2_ties_and_nan_as_the_general_loops():
+    """2x2 windows with stride 2 run written out (pool.py's max_2x2): ties pick the first in
+    row-major order, a NaN wins only where it is first (every later comparison with it is
+    false), and an odd row or column past the last window is never read."""
+    nan = np.nan
+    x = np.array([[[[1.0, 3.0, 2.0, 2.0, 9.0],
+                    [3.0, 3.0, 2.0, 2.0, 9.0],
+                    [nan, 0.0, 0.0, nan, 9.0],
+                    [5.0, 1.0, 0.0, 7.0, 9.0],
+                    [9.0, 9.0, 9.0, 9.0, 9.0]]]])  # fmt: skip
+    y = np.empty((1, 1, 2, 2))
+    arg = np.empty((1, 1, 2, 2), np.int32)
+    maxpool2d_forward(y, arg, x, 2, 2, 2, 2, 0, 0)
+    np.testing.assert_array_equal(y[0, 0], [[3.0, 2.0], [nan, 7.0]])
+    np.testing.assert_array_equal(arg[0, 0], [[1, 2], [10, 18]])
+
+
 def test_maxpool_never_picks_padding():
     x = -np.ones((1, 1, 3, 3)) * 5.0  # all negative: a 0 in the padding would win if padding were 0
     y = np.empty((1, 1, 2, 2))
