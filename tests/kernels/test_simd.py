@@ -108,10 +108,10 @@ def test_widened_sums_in_a_fixed_tree(rng, dtype):
 def test_the_register_tiles_run_as_python(tmp_path):
     """NUMBA_DISABLE_JIT=1: conv3x3's forward and backward data (one tile straight into y, one
     through the rows of sums), conv3x3s2's forward and backward data on a short plane,
-    conv1x1's forward and backward data (three samples: a pair and one alone), both backward
-    filters (the filters in the lanes, a second vector of them part full) and BatchNorm's
-    forward and backward, vector operations all plain Python, give the compiled kernels' numbers
-    (float64: to the last bits of two roundings; float32 to its precision)."""
+    conv1x1's forward and backward data (three samples: a pair and one alone), the three
+    backward filters (the filters or the taps in the lanes, a last vector part full) and
+    BatchNorm's forward and backward, vector operations all plain Python, give the compiled
+    kernels' numbers (float64: to the last bits of two roundings; float32 to its precision)."""
     code = """
         import numpy as np, sys
         import nnmem.kernels.cpu as K
@@ -143,6 +143,12 @@ def test_the_register_tiles_run_as_python(tmp_path):
         K.conv1x1_backward_data(x, dy, wt, np.empty(0), 1, 1)
         np.save(sys.argv[1] + "/p_y.npy", y)
         np.save(sys.argv[1] + "/p_dx.npy", x)
+        x = rng.standard_normal((2, 2, 34, 34))  # im2col's backward filter: K = 18, a part-full
+        dy = rng.standard_normal((2, 5, 32, 32))  # vector; groups of one sample, the second
+        dw = np.empty((5, 2, 3, 3))  # continuing the first's sums
+        per = sizes.conv2d_gemm_workspace_per_sample(2, 34, 34, 5, 3, 3, 1, 1, 0, 0)
+        K.conv2d_backward_filter_gemm(dw, dy, x, np.full(per, np.nan), 1, 1, 0, 0)
+        np.save(sys.argv[1] + "/g_dw.npy", dw)
         x = rng.standard_normal((3, 4, 6, 5))  # backward filters: 21 filters, 4 channels
         dy, dy2 = rng.standard_normal((3, 21, 6, 5)), rng.standard_normal((3, 21, 3, 3))
         dw = np.empty((21, 4, 3, 3))
@@ -176,7 +182,7 @@ def test_the_register_tiles_run_as_python(tmp_path):
         )
         assert run.returncode == 0, run.stderr
         results[jit] = {p.name: np.load(p) for p in folder.iterdir()}
-    assert len(results["0"]) == 14
+    assert len(results["0"]) == 15
     for name, compiled in results["0"].items():
         tolerance = 1e-6 if name.startswith("bn") else 1e-13  # float32 outputs
         np.testing.assert_allclose(results["1"][name], compiled, rtol=tolerance, atol=tolerance)
@@ -194,9 +200,10 @@ HASWELL += ",+ssse3,+sse3,+sse2,+sse,+mmx,+cmov,+fxsr"
     reason="needs a CPU with AVX2 to run code compiled for it",
 )
 def test_backward_filters_give_the_same_bits_at_any_vector_width(tmp_path):
-    """Both backward filters keep each sum in one lane (kernels/cpu/_filter_lanes.py):
-    compiled for AVX2 (8 float32 lanes, one channel a loop) they give this CPU's bits (with
-    AVX-512: 16 lanes, three channels a loop), 21 filters (a second vector part full) and 16."""
+    """The backward filters keep each sum in one lane (kernels/cpu/_filter_lanes.py, and
+    _summed.py for im2col's): compiled for AVX2 (8 float32 lanes, one channel a loop) they give
+    this CPU's bits (with AVX-512: 16 lanes, three channels a loop), 21 filters (a second vector
+    part full) and 16; K = 175 and 125 taps of 5x5 filters (a last vector part full)."""
     code = """
         import hashlib, sys
         import numpy as np
@@ -215,6 +222,12 @@ def test_backward_filters_give_the_same_bits_at_any_vector_width(tmp_path):
             dy = rng.standard_normal((n, o, (h + 1) // 2, (h + 1) // 2)).astype(np.float32)
             ws = np.empty(n * sizes.conv3x3s2_workspace_per_sample(c, o, h, h), np.float32)
             K.conv3x3s2_backward_filter(dw, dy, x, ws)
+            out.append(dw.tobytes())
+            dy = rng.standard_normal((n, o, h - 4, h - 4)).astype(np.float32)  # 5x5, im2col
+            dw = np.empty((o, c, 5, 5), np.float32)
+            ws = np.empty(n * sizes.conv2d_gemm_workspace_per_sample(c, h, h, o, 5, 5, 1, 1, 0, 0),
+                          np.float32)  # fmt: skip
+            K.conv2d_backward_filter_gemm(dw, dy, x, ws, 1, 1, 0, 0)
             out.append(dw.tobytes())
         print(VECTOR_BYTES, hashlib.sha256(b"".join(out)).hexdigest())
     """
