@@ -200,6 +200,23 @@ def test_a_larger_budget_is_never_slower(slow_link, shares):
         assert large.predicted_seconds <= small.predicted_seconds * (1 + large.gap + 1e-9)
 
 
+def test_added_seconds_is_the_programs_own_time(slow_link):
+    """milp.added_seconds of the solver's choices is its objective less the copies' tie-break,
+    at budgets where copies stall and where they hide; the smallest peak's plan (a program of
+    bytes, whose seconds are 0) gets its time there, so a budget that falls back to it reports
+    the gap from the trivial bound, not 0."""
+    problem = slow_link.problem
+    low = milp.smallest_peak(problem, 30).peak
+    for share in (0.0, 0.3, 1.0):
+        cap = low + share * (float(problem.base.max()) - low)
+        solution = milp.fastest(problem, cap, 30, gap=0.0)
+        copies = sum(t for i in solution.taken for _, t in problem.choices[i].copies)
+        added = milp.added_seconds(problem, solution.taken)
+        assert added == pytest.approx(solution.seconds - milp.TIE * copies, rel=1e-9, abs=1e-12)
+    smallest = milp.smallest_peak(problem, 30)
+    assert smallest.seconds == 0.0 and milp.added_seconds(problem, smallest.taken) > 0
+
+
 def test_it_beats_every_heuristic_that_fits(slow_link):
     """At each heuristic's own pool, the optimal plan is as fast (same cost model), and the
     smallest optimal pool is below every heuristic's. Within 1%: the program prefetches one

@@ -127,6 +127,19 @@ def fastest(problem, cap, time_limit, gap=RELATIVE_GAP):
     return _solve(problem, on_the_grain(problem, cap), time_limit, gap)
 
 
+def added_seconds(problem, taken):
+    """The time the choices `taken` (indices) add in the program's model of the step: their own
+    seconds, and each window's stall, the seconds of the copies it carries beyond its compute
+    (the objective less its copy tie-break, TIE). For a plan the program did not time: the
+    smallest peak's, whose objective is bytes."""
+    seconds, load = 0.0, {}
+    for i in taken:
+        seconds += problem.choices[i].seconds
+        for w, s in problem.choices[i].copies:
+            load[w] = load.get(w, 0.0) + s
+    return seconds + sum(max(0.0, s - problem.compute[w]) for w, s in load.items())
+
+
 def on_the_grain(problem, cap):
     """`cap` rounded down to a whole number of the problem's grain, the greatest common divisor
     of its byte figures (base, tensors, extras: the pool's alignment, 256 bytes, for a recorded

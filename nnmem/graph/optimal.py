@@ -139,8 +139,12 @@ class OptimalPlanner:
             planned, needed, proven, solution = self._smallest(remaining)
             if needed > budget:
                 raise NoPlanFits(budget, needed, proven)
-            # no round's plan fitted, this one does: no bound then but the trivial one
-            report = self._report(budget, needed, planned, solution, 0.0, 0.0, ROUNDS)
+            # no round's plan fitted, this one does: no bound then but the trivial one, and
+            # its time in the program's model computed here (that search weighed bytes)
+            timed = dataclasses.replace(
+                solution, seconds=milp.added_seconds(self.problem, solution.taken)
+            )
+            report = self._report(budget, needed, planned, timed, 0.0, 0.0, ROUNDS)
             found = planned, report
         planned, report = self._or_faster_heuristic(budget, *found[:2])
         # a plan found for another budget that fits this one and plays faster (the program's
