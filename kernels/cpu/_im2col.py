@@ -14,14 +14,28 @@ from ._window import valid_range
 _u = np.uint64
 
 
+def _columns(name, cols, rows, x, kh, kw, sh, sw, ph, pw):
+    """(OH, OW) of the windows over x (padding ph, pw on both sides), after checking that the
+    matrix `cols` has `rows` rows of C*KH*KW taps x N*OH*OW pixels (rows True: im2row's
+    transpose, N*OH*OW x C*KH*KW)."""
+    nb, c, h, wd = x.shape
+    oh = (h + 2 * ph - kh) // sh + 1
+    ow = (wd + 2 * pw - kw) // sw + 1
+    taps, pixels = (1, 0) if rows else (0, 1)
+    if cols.shape[taps] != c * kh * kw or cols.shape[pixels] != nb * oh * ow:
+        shape = "(N*OH*OW, C*KH*KW)" if rows else "(C*KH*KW, N*OH*OW)"
+        raise ValueError(f"{name}: {'rows' if rows else 'cols'} must have shape {shape}")
+    return oh, ow
+
+
+columns = njit(cache=True)(_columns)
+
+
 def _im2col(cols, x, kh, kw, sh, sw, ph, pw):
     """cols[(c*KH+p)*KW+q, (b*OH+i)*OW+j] = x[b,c,i*sh+p-ph,j*sw+q-pw] or 0.
     Writes cols (C*KH*KW, B*OH*OW); parallel over rows."""
     nb, c, h, wd = x.shape
-    oh = (h + 2 * ph - kh) // sh + 1
-    ow = (wd + 2 * pw - kw) // sw + 1
-    if cols.shape[0] != c * kh * kw or cols.shape[1] != nb * oh * ow:
-        raise ValueError("im2col: cols must have shape (C*KH*KW, N*OH*OW)")
+    oh, ow = columns("im2col", cols, False, x, kh, kw, sh, sw, ph, pw)
     for r in prange(c * kh * kw):
         ci = r // (kh * kw)
         p = (r // kw) % kh
@@ -48,10 +62,7 @@ def _col2im(x, cols, kh, kw, sh, sw, ph, pw):
     """x[b,c,h,v] = sum of the cols entries im2col would read from x[b,c,h,v] (scatter-sum).
     Overwrites x; parallel over (b,c)."""
     nb, c, h, wd = x.shape
-    oh = (h + 2 * ph - kh) // sh + 1
-    ow = (wd + 2 * pw - kw) // sw + 1
-    if cols.shape[0] != c * kh * kw or cols.shape[1] != nb * oh * ow:
-        raise ValueError("col2im: cols must have shape (C*KH*KW, N*OH*OW)")
+    oh, ow = columns("col2im", cols, False, x, kh, kw, sh, sw, ph, pw)
     for t in prange(nb * c):
         b = t // c
         ci = t % c
@@ -87,10 +98,7 @@ def _im2row(rows, x, kh, kw, sh, sw, ph, pw):
     transposed, a row of K taps per output pixel (backward filter's tiles, _summed.py).
     Writes rows (N*OH*OW, C*KH*KW); parallel over rows of output pixels."""
     nb, c, h, wd = x.shape
-    oh = (h + 2 * ph - kh) // sh + 1
-    ow = (wd + 2 * pw - kw) // sw + 1
-    if rows.shape[0] != nb * oh * ow or rows.shape[1] != c * kh * kw:
-        raise ValueError("im2row: rows must have shape (N*OH*OW, C*KH*KW)")
+    oh, ow = columns("im2row", rows, True, x, kh, kw, sh, sw, ph, pw)
     for t in prange(nb * oh):
         b, i = t // oh, t % oh
         for j in range(ow):

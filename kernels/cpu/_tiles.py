@@ -115,6 +115,17 @@ def _tiling(nb, vectors):
     return True, (nb + 1) // 2, vectors
 
 
+def _grid(dst, rows, width):
+    """(per_row, vectors, paired, units, tiles, blocks) of a pass over dst's planes, each `rows`
+    rows of `width` sums: the vectors a row and a plane, tiling's, and the blocks of
+    TILE_PLANES planes. Its tasks are units x blocks x tiles (tile_at)."""
+    nl = lanes_of(dst)
+    per_row = (width + nl - 1) // nl
+    vectors = rows * per_row
+    paired, units, tiles = tiling(dst.shape[0], vectors)
+    return per_row, vectors, paired, units, tiles, (dst.shape[1] + TILE_PLANES - 1) // TILE_PLANES
+
+
 def _planes(a0, na):
     """The tile's TILE_PLANES output planes from a0, the last one repeated past na."""
     last = na - 1
@@ -142,6 +153,7 @@ fma_planes = njit(inline="always", cache=True)(_fma_planes)
 zeros = njit(inline="always", cache=True)(_zeros)
 tile_at = njit(inline="always", cache=True)(_tile_at)
 tiling = njit(inline="always", cache=True)(_tiling)
+grid = njit(inline="always", cache=True)(_grid)
 planes = njit(inline="always", cache=True)(_planes)
 store_tile = njit(inline="always", cache=True)(_store_tile)
 
@@ -165,10 +177,7 @@ def _tiles_forward(dst, padded, w, flipped, rows, width, src_row, dst_row, shift
     nb, na = dst.shape[0], dst.shape[1]
     ni = padded.shape[1]
     nl = lanes_of(dst)
-    per_row = (width + nl - 1) // nl
-    vectors = rows * per_row
-    paired, units, tiles = tiling(nb, vectors)
-    blocks = (na + TILE_PLANES - 1) // TILE_PLANES
+    per_row, vectors, paired, units, tiles, blocks = grid(dst, rows, width)
     for t in prange(units * blocks * tiles):
         n0, n1, a0, s0, d0, s1, d1 = tile_at(
             t, tiles, blocks, vectors, per_row, width, nl, src_row, dst_row, paired, nb
@@ -192,10 +201,7 @@ def _row_tiling(dst, src, width):
     one row of `width` sums (phase_tiles, pointwise_tiles): tiling's, the blocks of planes, and
     whether the blocks run innermost (row_tile_at): where a sample's input is larger than
     INNER_FROM bytes."""
-    nl = lanes_of(dst)
-    vectors = (width + nl - 1) // nl
-    paired, units, tiles = tiling(dst.shape[0], vectors)
-    blocks = (dst.shape[1] + TILE_PLANES - 1) // TILE_PLANES
+    _, vectors, paired, units, tiles, blocks = grid(dst, 1, width)
     inner = src.shape[1] * src.shape[2] * src.itemsize > INNER_FROM
     return vectors, paired, units, tiles, blocks, inner
 
@@ -308,10 +314,7 @@ def _valid_tiles(dst, x, w, rows, width, src_row):
     nb, na = dst.shape[0], dst.shape[1]
     ni, kh, kw = x.shape[1], w.shape[2], w.shape[3]
     nl = lanes_of(dst)
-    per_row = (width + nl - 1) // nl
-    vectors = rows * per_row
-    paired, units, tiles = tiling(nb, vectors)
-    blocks = (na + TILE_PLANES - 1) // TILE_PLANES
+    per_row, vectors, paired, units, tiles, blocks = grid(dst, rows, width)
     for t in prange(units * blocks * tiles):
         n0, n1, a0, s0, d0, s1, d1 = tile_at(
             t, tiles, blocks, vectors, per_row, width, nl, src_row, width, paired, nb
@@ -334,6 +337,19 @@ tiles_forward = njit(parallel=True, cache=True)(_tiles_forward)
 valid_tiles = njit(parallel=True, cache=True)(_valid_tiles)
 #: pointwise_tiles, forward (False) and backward data (True)
 POINTWISE_TILES = {False: _pointwise(False), True: _pointwise(True)}
+
+
+def pointwise(out, src, w, width, flipped):
+    """out (N, A, width) = pointwise_tiles' sums over src (N, B, width), flipped or not, where
+    they apply: True when done, False where the caller's GEMM must run instead. They apply to
+    float32 and float64 rows of a vector or more (the last vector moves back within the
+    row)."""
+    if out.dtype not in (np.float32, np.float64) or width < lanes(out.dtype):
+        return False
+    POINTWISE_TILES[flipped](out, src, w, width)
+    return True
+
+
 #: phase_tiles of phase k = 2a + b
 PHASE_TILES = tuple(_phase(k // 2, k % 2) for k in range(4))
 unpad_rows = njit(parallel=True, cache=True)(_unpad_rows)

@@ -61,7 +61,7 @@ from ._im2col import col2im, im2col, im2row, swap01
 from ._jit import njit
 from ._simd import lanes
 from ._summed import summed_tiles
-from ._tiles import POINTWISE_TILES
+from ._tiles import pointwise
 from ._valid import valid_forward
 from ._window import output_size, valid_range
 from .gemm import gemm, matmul
@@ -252,10 +252,9 @@ def _product(out, w, cols, flipped):
     rows of a vector or more, else a GEMM (gemm.matmul)."""
     o, k = w.shape[0], w.shape[1] * w.shape[2] * w.shape[3]
     m = cols.shape[1]
-    if out.dtype in (np.float32, np.float64) and m >= lanes(out.dtype):
-        tiles = POINTWISE_TILES[flipped]
-        tiles(out.reshape(1, out.shape[0], m), cols.reshape(1, cols.shape[0], m),
-              w.reshape(o, k, 1, 1), m)  # fmt: skip
+    # the matrices as the planes of one sample
+    planes_out, planes_in = out.reshape(1, out.shape[0], m), cols.reshape(1, cols.shape[0], m)
+    if pointwise(planes_out, planes_in, w.reshape(o, k, 1, 1), m, flipped):
         return
     wm = w.reshape(o, k)
     matmul(out, wm.T if flipped else wm, cols)

@@ -45,8 +45,7 @@ from numba import prange
 from ..sizes import conv1x1_workspace_per_sample
 from . import blas
 from ._jit import njit
-from ._simd import lanes
-from ._tiles import POINTWISE_TILES
+from ._tiles import pointwise
 from .gemm import gemm_chunk
 
 
@@ -150,9 +149,7 @@ def _forward(out, source, w, trans):
     sample."""
     n, k = source.shape[0], source.shape[1]
     m, npix = out.shape[1], out.shape[2] * out.shape[3]
-    if out.dtype in (np.float32, np.float64) and npix >= lanes(out.dtype):
-        tiles = POINTWISE_TILES[trans]
-        tiles(out.reshape(n, m, npix), source.reshape(n, k, npix), w, npix)
+    if pointwise(out.reshape(n, m, npix), source.reshape(n, k, npix), w, npix, trans):
         return
     wm = w.reshape(w.shape[0], w.shape[1])
     if blas.FOUND is None or out.dtype not in PRODUCTS:
