@@ -104,16 +104,17 @@ def convolutions(monkeypatch):
 
 @pytest.fixture
 def timings(monkeypatch):
-    """The workspace size (elements) of every timing of "auto"'s candidates, in order."""
-    sizes_timed = []
+    """The shapes of the arrays (out, workspace, a, b) of every timing of "auto"'s candidates,
+    in order, each with its pass's name (the key "auto" records its choice under)."""
+    shapes_timed = []
     real = conv_ops._time_candidates
 
     def timed(device, candidates, arrays):
-        sizes_timed.append(arrays[1].size)  # arrays: out, workspace, a, b
+        shapes_timed.append(tuple(a.shape for a in arrays))
         return real(device, candidates, arrays)
 
     monkeypatch.setattr(conv_ops, "_time_candidates", timed)
-    return sizes_timed
+    return shapes_timed
 
 
 def smallest_cap(convolutions):
@@ -154,6 +155,48 @@ def test_auto_times_its_candidates_in_the_same_workspace_under_any_cap(convoluti
     timings.clear()
     resnet_steps(data, smallest_cap(convolutions))
     assert timings == uncapped
+
+
+def test_auto_times_its_candidates_on_one_sample_group(convolutions, timings):
+    """Every candidate of a pass is timed on the same work, one sample group of the batch in one
+    group's workspace: a data pass's group is one sample. Timed on the whole batch in one
+    group's workspace, a workspace algorithm ran it one small chunk at a time while direct ran
+    it at once, and on 16 cores direct was kept where it took 3.7 ms in the step."""
+    resnet_steps(batches((N, 3, 32, 32), 1))
+    passes = [key[1] for key in conv_ops.BENCHMARKED]  # in the order they were timed
+    assert len(timings) == len(passes) > 0
+    for pass_name, (out, workspace, a, b) in zip(passes, timings):
+        samples = a[0]  # x or dy: the batch axis
+        assert samples == (b[0] if pass_name == "backward filter" else out[0])
+        if pass_name != "backward filter":
+            assert samples == 1, pass_name
+
+
+def test_direct_is_a_candidate_only_where_no_specialised_algorithm_applies(monkeypatch):
+    """ResNet-8's passes (3x3 at strides 1 and 2, 1x1) time their specialised kernels and the
+    gemm, never direct; a 5x5 convolution of stride 2 times the gemm and direct."""
+    monkeypatch.setattr(conv_ops, "BENCHMARKED", {})
+    timed = []
+    real = conv_ops._time_candidates
+    monkeypatch.setattr(
+        conv_ops,
+        "_time_candidates",
+        lambda d, c, arrays: timed.append(set(c)) or real(d, c, arrays),
+    )
+    resnet_steps(batches((N, 3, 32, 32), 1))
+    assert timed and all("direct" not in names for names in timed)
+    assert set().union(*timed) == {"conv3x3", "conv3x3s2", "conv1x1", "gemm"}
+    timed.clear()
+    dev, rng = device.create_cpu_device("64MiB"), np.random.default_rng(0)
+    x, W = (
+        tensor.Tensor(shape, dev, requires_grad=True, stores_grad=True).copy_from_numpy(
+            rng.standard_normal(shape).astype(np.float32)
+        )
+        for shape in ((N, 4, 35, 35), (6, 4, 5, 5))
+    )
+    autograd.training = True
+    dict(autograd.backward(conv_ops.conv2d(x, W, None, 2, 2)))
+    assert timed == [{"gemm", "direct"}] * 3
 
 
 @pytest.mark.parametrize("name", ["3x3 pad 1, few filters", "5x5 stride 2"])

@@ -106,7 +106,7 @@ def test_operators_call_only_the_device_kernels(monkeypatch, use_graph):
     assert np.isfinite(losses).all()
     # graph mode fuses the BatchNorm with the ReLU after it (graph/fuse.py)
     bn = "batchnorm2d_relu_forward_train" if use_graph else "batchnorm2d_forward_train"
-    used = f"conv3x3_forward conv2d_forward_direct {bn}"
+    used = f"conv3x3_forward {bn}"
     used += " maxpool2d_backward avgpool2d_forward concat_copy_in concat_copy_out"
     used += " dropout_forward matmul adam_update increment"
     for used in used.split() + ["softmax_cross_entropy_forward"]:

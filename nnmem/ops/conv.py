@@ -17,17 +17,26 @@ the pass runs direct, with no workspace (and sums that differ in the last bits:
 ``Conv2d.smallest_workspace_bytes`` tells a planner the workspace that keeps them).
 
 The candidates are the first, the other workspace algorithm where it applies and one group of
-it needs no more workspace than one group of the first, and direct: the same candidates in
-every workspace "auto" may give the pass. The first time the pass runs it times them
-(``Device.time_kernel``: the way the device will run it) in the smallest of those workspaces,
-one group of the first candidate's, and keeps the first candidate unless another takes less
-than MARGIN of its time, so that noise does not change the choice from run to run; then the
-choice is fixed (cuDNN's benchmark mode). Sizing for the first candidate, the one expected to
-be kept, keeps the memory the step plans to what it needs: conv3x3's planes are 23-32% of the
-gemm's columns in ResNet-20's 3x3 layers. The choice is remembered per device kind, pass and
-shapes, never the workspace, for the whole process, so eager steps, graph replays, new devices
-and smaller workspaces agree (the numbers never depend on which run chose);
-`CompiledStep.conv_algorithms()` reports it per layer.
+it needs no more workspace than one group of the first, and direct where no specialised
+algorithm applies: the same candidates in every workspace "auto" may give the pass. The first
+time the pass runs it times them (``Device.time_kernel``: the way the device will run it) on
+the same work, whatever workspace this run has: one sample group of the first candidate's, in
+one group's workspace, the smallest "auto" may give. It keeps the first candidate unless
+another takes less than MARGIN of its time, so that noise does not change the choice from run
+to run; then the choice is fixed (cuDNN's benchmark mode).
+
+Why direct is no candidate where a specialised algorithm applies: those kernels compute
+direct's sums on register tiles, and one sample group is a poor test of them on many cores,
+where their few short parallel loops look no faster than direct's one, which on the whole
+batch is the slow one. On a 16-core Intel Xeon, ResNet-20 kept direct for 5 to 10 of its
+passes (stride 2, 1x1, the first layer) from run to run; direct's stride-2 backward data then
+took 3.7 ms in the step, the tiles 1.7 ms for all three passes of the other stride-2 layer.
+
+Sizing for the first candidate, the one expected to be kept, keeps the memory the step plans
+to what it needs: conv3x3's planes are 23-32% of the gemm's columns in ResNet-20's 3x3 layers.
+The choice is remembered per device kind, pass and shapes, never the workspace, for the whole
+process, so eager steps, graph replays, new devices and smaller workspaces agree (the numbers
+never depend on which run chose); `CompiledStep.conv_algorithms()` reports it per layer.
 
 Grouped convolution (``group=g``: each filter sees C/g of the channels; g = C is depthwise, as in
 Xception's separable convolutions) runs the direct kernels, which take the group count: an
@@ -205,7 +214,8 @@ class Conv2d(Operator):
         n = a.shape[0]
         if self.algorithm == "auto" and ws is not None:
             first = self._workspace_algorithm()
-            least = self._sample_group(first, pass_name, n) * self._per_sample(first)
+            group = self._sample_group(first, pass_name, n)
+            least = group * self._per_sample(first)
             if ws.size() < least:  # not one sample group of this pass: direct keeps no numbers
                 ws = None
         if ws is None:
@@ -218,23 +228,31 @@ class Conv2d(Operator):
         if self.algorithm == "gemm":
             self.run(by_gemm, reads=(a, b), writes=(out, ws))
             return
-        # "auto": the candidates and the workspace they are timed in follow the geometry, never
-        # the workspace this run has (it holds one sample group of the first candidate)
+        # "auto": the candidates and the work they are timed on follow the geometry, never the
+        # workspace this run has (it holds one sample group of the first candidate)
         runs = {"gemm": by_gemm, special: by_special}
         candidates = {first: runs[first]}
         other = special if first == "gemm" else "gemm"
         if other is not None:
             if self._sample_group(other, pass_name, n) * self._per_sample(other) <= least:
                 candidates[other] = runs[other]
-        candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
+        if special is None:  # (the module's docstring says why only there)
+            candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
+
+        def one_group(out_, ws_, a_, b_):  # one sample group's arrays (backward filter: out is
+            if pass_name == "backward filter":  # dw, with no batch axis; a, b are dy and x)
+                return out_, ws_[:least], a_[:group], b_[:group]
+            return out_[:group], ws_[:least], a_[:group], b_
+
         key = (self.device.kind, pass_name, a.shape, b.shape, out.shape)
         key += (self.stride, self.padding, str(out.dtype))
         device = self.device
 
         def fastest(out_, ws_, a_, b_):
             if key not in BENCHMARKED:
-                timed = (out_, ws_[:least], a_, b_)
-                BENCHMARKED[key] = _time_candidates(device, candidates, timed)
+                BENCHMARKED[key] = _time_candidates(
+                    device, candidates, one_group(out_, ws_, a_, b_)
+                )
             candidates[BENCHMARKED[key]](out_, ws_, a_, b_)
 
         fastest.conv_algorithm = (pass_name, lambda: BENCHMARKED.get(key, "not run yet"))
