@@ -1,8 +1,6 @@
 """memory="optimal": keep, recompute or offload per tensor, fastest within a budget
 (graph/optimal.py, its MILP in graph/milp.py, its cost model in graph/costs.py)."""
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -153,17 +151,31 @@ def test_ctrl_c_while_solving_leaves_the_model_untouched(monkeypatch):
     assert m.compiled_step(tx, ty).optimal is not None
 
 
-def test_the_time_limit_is_honoured():
+def test_the_time_limit_reaches_the_solver(monkeypatch):
+    """plan(budget, time_limit) gives each round's solve what is left of the limit (a second at
+    least: a round cut shorter finds nothing), and HiGHS ends with a proven plan or at its
+    limit. The limits HiGHS is given are asserted, not the wall time, which a loaded machine
+    stretches (bench/optimal.py times the solver)."""
+    limits = []
+    real = milp.milp  # scipy.optimize.milp, as milp.py calls it
+
+    def recorded(*args, options, **kwargs):
+        limits.append(options["time_limit"])
+        return real(*args, options=options, **kwargs)
+
+    monkeypatch.setattr(milp, "milp", recorded)
     planner, _ = recorded_planner(create_model("resnet", depth=56), (32, 3, 32, 32))
     liveness = pool_bytes_needed(planner.liveness, planner.device, joined=True)
+    budget = int(0.4 * liveness + 0.6 * planner.outside)
     planner.heuristic_plans()  # made once per planner: not the solver's time
-    start = time.perf_counter()
-    _, decided = planner.plan(int(0.4 * liveness + 0.6 * planner.outside), time_limit=1.0)
-    # HiGHS checks its clock between nodes; the layouts of the rounds add a little, and more on
-    # a loaded machine (CI runs the CUDA simulator beside the suite: 1.6 s was seen)
-    assert decided.solve_seconds < 1.0 + 1.0
-    assert time.perf_counter() - start < 1.0 + 2.0
+    _, decided = planner.plan(budget, time_limit=1.0)
+    assert limits and all(limit <= 1.0 for limit in limits)
     assert decided.status in ("optimal", "time limit")
+    limits.clear()  # a small problem, solved in well under its limit
+    small, _ = recorded_planner(resnet(), (32, 3, 32, 32))
+    liveness = pool_bytes_needed(small.liveness, small.device, joined=True)
+    small.plan(int(0.6 * liveness + 0.4 * small.outside), time_limit=30.0)
+    assert limits and 25.0 < limits[0] <= 30.0  # what is left of 30 s, not a constant
 
 
 def throttled(planner, link):
