@@ -78,15 +78,22 @@ def tracing(into=None):
         _local.trace = outer
 
 
-@contextlib.contextmanager
-def _running(op):
-    """Mark `op` as the operator whose forward or backward runs in this thread."""
-    outer = getattr(_local, "running", None)
-    _local.running = op
-    try:
-        yield
-    finally:
-        _local.running = outer
+class _running:
+    """Mark `op` as the operator whose forward or backward runs in this thread (a context
+    manager: a class, not a contextlib generator, which costs several times as much, and it
+    runs at every operator call)."""
+
+    __slots__ = ("op", "outer")
+
+    def __init__(self, op):
+        self.op = op
+
+    def __enter__(self):
+        self.outer = getattr(_local, "running", None)
+        _local.running = self.op
+
+    def __exit__(self, *exception):
+        _local.running = self.outer
 
 
 def _runs_as_backward(backward):
@@ -237,7 +244,7 @@ class Operator:
         """A new, not yet allocated tensor labelled with this operator (for memory reports)."""
         dtype = np.dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
-        desc = f"{self.label} {tuple(shape)} {dtype}"
+        desc = (self.label, shape, dtype)  # the block's desc, formatted when first read
         return Tensor._on_block(self.device.new_block(nbytes, desc), shape, dtype, self.device)
 
     def run(self, fn, reads, writes, inplace=(), rebuild=None, tag=None):

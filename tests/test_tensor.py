@@ -30,6 +30,37 @@ def test_allocation_is_lazy_and_freed_with_the_last_reference(dev):
     assert dev.memory_stats()["num_frees"] == 1
 
 
+def test_a_block_keeps_its_view_while_its_bytes_stay_where_they_are(dev):
+    """Block.array gives the same view again for the same offset, shape and dtype, a new one
+    for another shape or dtype, and one of the new bytes once the block was released and
+    written again elsewhere; a block in a graph's arena is checked every time."""
+    t = tensor.Tensor((4, 4), dev, tensor.float32)
+    t.set_value(1.0)
+    block = t.block
+    first = block.array((4, 4), np.float32)
+    assert block.array((4, 4), np.float32) is first
+    assert block.array((16,), np.float32).shape == (16,)
+    assert block.array((4, 4), np.int32).dtype == np.int32
+    assert block.array((4, 4), np.float32) is not first  # (only the last view is kept)
+    holder = tensor.Tensor((8, 8), dev)  # takes the first bytes once the block lets them go
+    old_offset = block.offset
+    block.release()
+    holder.set_value(2.0)
+    block.ensure_allocated()  # new bytes, elsewhere
+    assert block.offset != old_offset
+    again = block.array((4, 4), np.float32)
+    assert again is not first
+    again[...] = 3.0
+    assert (first == 2.0).all()  # the old bytes are the holder's
+    arena = dev.pool.alloc(1024)  # a stand-in arena holding the block at its start
+    block.offset, block.arena_offset = arena, arena
+    block.array((4, 4), np.float32)
+    dev.pool.free(arena)  # the arena goes: the block's next view must not be handed out
+    with pytest.raises(ValueError):
+        block.array((4, 4), np.float32)
+    block.offset = block.arena_offset = None
+
+
 def test_reading_an_unwritten_tensor_raises(dev):
     t = tensor.Tensor((3,), dev)
     with pytest.raises(UnwrittenBlockError, match="before anything wrote it"):

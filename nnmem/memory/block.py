@@ -37,22 +37,39 @@ class Block:
         "nbytes",
         "offset",
         "ref_count",
-        "desc",
+        "_desc",
         "arena_offset",
         "host",
+        "_view",
         "__weakref__",
     )
     # arena_offset: None, or the offset of the graph arena block this block's bytes lie inside
     # host: None, or the host Block holding this block's bytes while it is evicted
+    # _view: None, or (offset, shape, dtype, array): the last view array() made
 
     def __init__(self, device, nbytes, desc=""):
         self.device = device
         self.nbytes = int(nbytes)
         self.offset = None  # no bytes yet: allocated on first write
         self.ref_count = 0
-        self.desc = desc  # who made it, for the out-of-memory report and the timeline
+        self._desc = desc
         self.arena_offset = None
         self.host = None
+        self._view = None
+
+    @property
+    def desc(self):
+        """Who made the block, for the out-of-memory report and the timeline: a string, made
+        on first use where it was given as (label, shape, dtype) (an eager step makes hundreds
+        of blocks, and formatting a NumPy dtype is slow enough to show in its profile)."""
+        if isinstance(self._desc, tuple):
+            label, shape, dtype = self._desc
+            self._desc = f"{label} {tuple(shape)} {dtype}"
+        return self._desc
+
+    @desc.setter
+    def desc(self, value):
+        self._desc = value
 
     @property
     def allocated(self):
@@ -88,15 +105,31 @@ class Block:
 
     def array(self, shape, dtype):
         """A view of the block's bytes as `shape` and `dtype` (no copy): a NumPy array on the
-        CPU, a device array on a GPU (the device's storage makes it)."""
+        CPU, a device array on a GPU (the device's storage makes it).
+
+        A view is a function of the offset, shape and dtype alone, so a block outside the graph
+        arena keeps its last one and gives it again while they stay the same: such a block
+        with an offset is live (release() and the cache's eviction clear the offset), so the
+        pool's check that the range is live holds for it. An eager step of ResNet-20 asks for
+        ~1,200 views. A block in the arena is checked every time: the arena may be freed
+        under it."""
         if self.offset is None:
             self.check_written()  # the clear error (unwritten, or being recorded)
             self.ensure_allocated()  # written: evicted, so fetch it back
-        dtype = np.dtype(dtype)
+        kept = self._view
+        if (
+            kept is not None
+            and self.arena_offset is None
+            and kept[:3] == (self.offset, shape, dtype)
+        ):
+            return kept[3]
+        typed = np.dtype(dtype)
         raw = self.device.view(
-            self.offset, math.prod(shape) * dtype.itemsize, within=self.arena_offset
+            self.offset, math.prod(shape) * typed.itemsize, within=self.arena_offset
         )
-        return raw.view(dtype).reshape(shape)
+        view = raw.view(typed).reshape(shape)
+        self._view = (self.offset, shape, dtype, view)
+        return view
 
     def inc_ref(self):
         self.ref_count += 1

@@ -26,11 +26,11 @@ another takes less than MARGIN of its time, so that noise does not change the ch
 to run; then the choice is fixed (cuDNN's benchmark mode).
 
 Why direct is no candidate where a specialised algorithm applies: those kernels compute
-direct's sums on register tiles, and one sample group is a poor test of them on many cores,
-where their few short parallel loops look no faster than direct's one, which on the whole
-batch is the slow one. On a 16-core Intel Xeon, ResNet-20 kept direct for 5 to 10 of its
-passes (stride 2, 1x1, the first layer) from run to run; direct's stride-2 backward data then
-took 3.7 ms in the step, the tiles 1.7 ms for all three passes of the other stride-2 layer.
+direct's sums on register tiles, and on many cores one sample group is too little work to tell
+them apart (their few short parallel loops look no faster than direct's one, which is the slow
+one on the whole batch). On a 16-core Intel Xeon, ResNet-20 kept direct for 5 to 10 passes
+(stride 2, 1x1, the first layer) from run to run; its stride-2 backward data then took 3.7 ms
+in the step, the tiles 1.7 ms for all three passes of the other stride-2 layer.
 
 Sizing for the first candidate, the one expected to be kept, keeps the memory the step plans
 to what it needs: conv3x3's planes are 23-32% of the gemm's columns in ResNet-20's 3x3 layers.
@@ -78,6 +78,7 @@ class Conv2d(Operator):
         if not isinstance(group, int) or group < 1:
             raise ValueError(f"conv2d: group must be a positive int, not {group!r}")
         self.stride, self.group = tuple(stride), group
+        self._special = None  # ((kh, kw), the specialised algorithm or None): _specialised
         self.pads = four_sides(pair(padding), "conv2d")
         top, left, bottom, right = self.pads
         symmetric = (top, left) == (bottom, right)
@@ -126,15 +127,7 @@ class Conv2d(Operator):
         self.has_bias = b is not None
         y = self.output(out_shape, x.dtype)
         ws = self._workspace(n, x.dtype, y.memsize(), ("forward",))
-        self._conv_pass(
-            "forward",
-            K.conv2d_forward_direct,
-            K.conv2d_forward_gemm,
-            y,
-            x,
-            W,
-            ws,
-        )
+        self._conv_pass("forward", K.conv2d_forward_direct, K.conv2d_forward_gemm, y, x, W, ws)
         if b is not None:
             self.run(
                 lambda y_, b_, _: K.add_bias_nchw(y_, b_),
@@ -270,11 +263,15 @@ class Conv2d(Operator):
 
     def _specialised(self):
         """The specialised algorithm that applies to this geometry (SPECIALISED; with the same
-        padding on every side, no dilation, one group), or None."""
+        padding on every side, no dilation, one group), or None; kept per kernel size."""
         kh, kw = self.geometry[4:]
-        if self.pads[:2] != self.pads[2:] or self.dilation != (1, 1) or self.group != 1:
-            return None
-        return sizes.specialised_conv(kh, kw, *self.stride, *self.pads[:2])
+        if self._special is None or self._special[0] != (kh, kw):
+            plain = self.pads[:2] == self.pads[2:] and self.dilation == (1, 1) and self.group == 1
+            special = (
+                sizes.specialised_conv(kh, kw, *self.stride, *self.pads[:2]) if plain else None
+            )
+            self._special = ((kh, kw), special)
+        return self._special[1]
 
     def _gemm_per_sample(self):
         """Workspace elements one sample needs in the gemm passes."""
