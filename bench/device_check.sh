@@ -27,9 +27,23 @@
 # At most 8 files come back from a device run: these 7 and nothing else go into OUT.
 # --smoke runs the same parts on this machine's CPU (each GPU part's --smoke: tiny shapes,
 # figures meaningless; the CPU runs at their smallest; no install): a test of the script.
+#
+# --cpu runs the CPU floors of train.py and conv.py on the machine's cores instead, no GPU part:
+#   warm         train.py on every case, one short window: every kernel into Numba's cache,
+#                on all the cores (a bare machine compiles for 1.5-2 minutes);
+#   train        train.py --cases cnn resnet20, nnmem eager and graph, PyTorch in both modes
+#                -> train.json
+#   zoo          train.py --cases resnet56 densenet, nnmem graph and PyTorch -> zoo.json
+#   busy         train.py --busy --cases cnn resnet20 -> train_busy.json
+#   convstep     conv.py --in-step resnet20: each convolution pass in the step and alone
+#                -> conv_step.json
+#
+# Both install the tbb wheel where .whl/ holds it (bench/README.md says how to fetch it): the
+# GPU machine's image lists no tbb, and Numba's OpenMP layer behaves otherwise beside a busy
+# process (kernels/cpu/threads.py).
 
 set -u
-OUT=${1:?usage: bash bench/device_check.sh OUT_FOLDER [--smoke]}
+OUT=${1:?usage: bash bench/device_check.sh OUT_FOLDER [--smoke | --cpu]}
 SMOKE=${2:-}
 cd "$(dirname "$0")/.." || exit 2
 mkdir -p "$OUT" || exit 2
@@ -75,23 +89,69 @@ part() {
     esac
 }
 
+# summary: the end of every run: the temporary folders go, every PASS/FAIL line again
+summary() {
+    rm -rf "$WARM" "$SHIM" "$OUT"/*.partial
+    log "summary: every PASS/FAIL line above, in order"
+    SUMMARY=$(grep -E '^\s*(PASS|FAIL)\b' "$LOG")
+    echo "$SUMMARY" | tee -a "$LOG"
+    log "done in $((SECONDS - START)) s; files: $(cd "$OUT" && ls | tr '\n' ' ')"
+}
+
 : >"$LOG"
 log "device_check.sh ${SMOKE:-(GPU run)}: OUT=$OUT, deadline ${DEADLINE} s"
 
 # -- setup ------------------------------------------------------------------------------------
 if [[ $SMOKE != --smoke ]]; then
     part install 60 $PY -m pip install -q --no-deps --no-build-isolation -e .
+    if compgen -G ".whl/tbb-*.whl" >/dev/null; then # (with tcmlib, which it needs)
+        part tbb 30 $PY -m pip install -q --no-index --no-deps .whl/tbb-*.whl .whl/tcmlib-*.whl
+    fi
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$LOG"
+    grep -m1 "model name" /proc/cpuinfo | tee -a "$LOG"
 fi
 $PY - <<'EOF' 2>&1 | tee -a "$LOG"
 import importlib.metadata as m, os
-for name in ("nnmem", "numba", "numba-cuda", "torch", "numpy"):
+for name in ("nnmem", "numba", "numba-cuda", "torch", "numpy", "tbb"):
     try:
         print(f"{name} {m.version(name)}")
     except m.PackageNotFoundError:
         print(f"{name} not installed")
 print(f"cores: {len(os.sched_getaffinity(0))}")
+import numba
+import numpy
+from nnmem.kernels.cpu import threads
+
+threads.load_tbb()  # as nnmem does before its first parallel kernel
+
+
+@numba.njit(parallel=True)
+def touch(a):
+    for i in numba.prange(a.size):
+        a[i] = i
+
+
+touch(numpy.zeros(64))
+print(f"Numba's threading layer: {numba.threading_layer()}")
 EOF
+
+if [[ $SMOKE == --cpu ]]; then
+    log "START warm (limit 150 s): every kernel into Numba's cache; its figures are no run's"
+    timeout -k 5 150 $PY bench/train.py --cases cnn resnet20 resnet56 densenet --windows 1 \
+        --seconds 0.05 --settle 0 --warmup 1 --runners nnmem_eager nnmem_graph \
+        >"$WARM/warm.txt" 2>&1
+    log "END warm: exit $?"
+    part train 110 $PY bench/train.py --cases cnn resnet20 --windows 3 --seconds 1.5 \
+        --settle 0.3 --runners nnmem_eager nnmem_graph pytorch pytorch_passive \
+        --json "$OUT/train.json"
+    part zoo 75 $PY bench/train.py --cases resnet56 densenet --windows 2 --seconds 1.5 \
+        --settle 0.3 --runners nnmem_graph pytorch pytorch_passive --json "$OUT/zoo.json"
+    part busy 75 $PY bench/train.py --busy --cases cnn resnet20 --windows 2 --seconds 1 \
+        --settle 0.2 --runners nnmem_graph pytorch pytorch_passive --json "$OUT/train_busy.json"
+    part convstep 60 $PY bench/conv.py --in-step resnet20 --json "$OUT/conv_step.json"
+    summary
+    exit 0
+fi
 
 # The CPU kernels of part 5 compile meanwhile, on 2 threads, into the same cache (timeout
 # passes a TERM on to every process of the warm-up: see its end below).
@@ -145,9 +205,4 @@ else
         --json "$OUT/train_busy.json"
 fi
 
-# -- summary ----------------------------------------------------------------------------------
-rm -rf "$WARM" "$SHIM" "$OUT"/*.partial
-log "summary: every PASS/FAIL line above, in order"
-SUMMARY=$(grep -E '^\s*(PASS|FAIL)\b' "$LOG")
-echo "$SUMMARY" | tee -a "$LOG"
-log "done in $((SECONDS - START)) s; files: $(cd "$OUT" && ls | tr '\n' ' ')"
+summary
