@@ -107,7 +107,9 @@ if [[ $SMOKE != --smoke ]]; then
     if compgen -G ".whl/tbb-*.whl" >/dev/null; then # (with tcmlib, which it needs)
         part tbb 30 $PY -m pip install -q --no-index --no-deps .whl/tbb-*.whl .whl/tcmlib-*.whl
     fi
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$LOG"
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 | tee -a "$LOG"
+    fi
     grep -m1 "model name" /proc/cpuinfo | tee -a "$LOG"
 fi
 $PY - <<'EOF' 2>&1 | tee -a "$LOG"

@@ -244,7 +244,7 @@ class Operator:
         """A new, not yet allocated tensor labelled with this operator (for memory reports)."""
         dtype = np.dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
-        desc = (self.label, shape, dtype)  # the block's desc, formatted when first read
+        desc = (self.label, tuple(shape), dtype)  # the block's desc, formatted when first read
         return Tensor._on_block(self.device.new_block(nbytes, desc), shape, dtype, self.device)
 
     def run(self, fn, reads, writes, inplace=(), rebuild=None, tag=None):

@@ -17,9 +17,11 @@ from nnmem.ops.padding import PAD_MODES, auto_pads, pair
 class Conv2d(Layer):
     """2-D convolution. Conv2d(nb_kernels, kernel_size, ...) or Conv2d(in_channels, nb_kernels,
     kernel_size, stride, padding) (SINGA). activation="RELU" appends a ReLU. algorithm is
-    "auto" (the fastest of gemm, its workspace sized to the free memory, conv3x3 for 3x3
-    filters with stride 1 and padding 1, and direct: timed at the first run), "gemm", "direct"
-    or "conv3x3". group=g splits channels and filters into g groups
+    "auto" (the fastest, timed at the first run, of gemm, its workspace sized to the free
+    memory, the specialised kernel of the geometry (conv3x3, conv3x3s2 for 3x3 filters with
+    stride 2, conv1x1), and direct where no specialised kernel is a candidate:
+    nnmem/ops/conv.py), "gemm", "direct" or one of the specialised kernels by name. group=g
+    splits channels and filters into g groups
     (W is (nb_kernels, C/g, KH, KW); runs the direct kernels). dilation=d (one int or
     (dh, dw)) spreads the filter's taps d apart (runs the direct kernels). pad_mode: see the
     module's docstring."""

@@ -17,15 +17,15 @@ the pass runs direct, with no workspace (and sums that differ in the last bits:
 ``Conv2d.smallest_workspace_bytes`` tells a planner the workspace that keeps them).
 
 The candidates are the first, the other workspace algorithm where it applies and one group of
-it needs no more workspace than one group of the first, and direct where no specialised
-algorithm applies: the same candidates in every workspace "auto" may give the pass. The first
-time the pass runs it times them (``Device.time_kernel``: the way the device will run it) on
-the same work, whatever workspace this run has: one sample group of the first candidate's, in
-one group's workspace, the smallest "auto" may give. It keeps the first candidate unless
-another takes less than MARGIN of its time, so that noise does not change the choice from run
-to run; then the choice is fixed (cuDNN's benchmark mode).
+it needs no more workspace than one group of the first, and direct unless a specialised
+algorithm is among them: the same candidates in every workspace "auto" may give the pass. The
+first time the pass runs it times them (``Device.time_kernel``: the way the device will run
+it; a lone candidate is kept untimed) on the same work, whatever workspace this run has: one
+sample group of the first candidate's, in one group's workspace, the smallest "auto" may give.
+It keeps the first candidate unless another takes less than MARGIN of its time, so that noise
+does not change the choice from run to run; then the choice is fixed (cuDNN's benchmark mode).
 
-Why direct is no candidate where a specialised algorithm applies: those kernels compute
+Why direct is no candidate beside a specialised algorithm: those kernels compute
 direct's sums on register tiles, and on many cores one sample group is too little work to tell
 them apart (their few short parallel loops look no faster than direct's one, which is the slow
 one on the whole batch). On a 16-core Intel Xeon, ResNet-20 kept direct for 5 to 10 passes
@@ -229,7 +229,7 @@ class Conv2d(Operator):
         if other is not None:
             if self._sample_group(other, pass_name, n) * self._per_sample(other) <= least:
                 candidates[other] = runs[other]
-        if special is None:  # (the module's docstring says why only there)
+        if special not in candidates:  # (the module's docstring says why only there)
             candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
 
         def one_group(out_, ws_, a_, b_):  # one sample group's arrays (backward filter: out is
@@ -380,9 +380,11 @@ FIRST_UP_TO = {"conv3x3": CONV3X3_FIRST_UP_TO, "conv3x3s2": 64, "conv1x1": None}
 
 def _time_candidates(device, candidates, arrays):
     """The name of the candidate to keep: the first, unless another takes less than MARGIN of
-    its time on these arrays (timed by the device: Device.time_kernel)."""
-    seconds = {name: device.time_kernel(run, arrays) for name, run in candidates.items()}
+    its time on these arrays (timed by the device: Device.time_kernel); a lone one untimed."""
     first = next(iter(candidates))
+    if len(candidates) == 1:
+        return first
+    seconds = {name: device.time_kernel(run, arrays) for name, run in candidates.items()}
     fastest = min(seconds, key=seconds.get)
     return fastest if seconds[fastest] < MARGIN * seconds[first] else first
 
