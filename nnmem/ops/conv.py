@@ -231,21 +231,18 @@ class Conv2d(Operator):
                 candidates[other] = runs[other]
         if special not in candidates:  # (the module's docstring says why only there)
             candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
-
-        def one_group(out_, ws_, a_, b_):  # one sample group's arrays (backward filter: out is
-            if pass_name == "backward filter":  # dw, with no batch axis; a, b are dy and x)
-                return out_, ws_[:least], a_[:group], b_[:group]
-            return out_[:group], ws_[:least], a_[:group], b_
-
         key = (self.device.kind, pass_name, a.shape, b.shape, out.shape)
         key += (self.stride, self.padding, str(out.dtype))
         device = self.device
 
         def fastest(out_, ws_, a_, b_):
-            if key not in BENCHMARKED:
-                BENCHMARKED[key] = _time_candidates(
-                    device, candidates, one_group(out_, ws_, a_, b_)
-                )
+            if key not in BENCHMARKED:  # timed on one sample group's arrays (backward filter:
+                # out is dw, with no batch axis, and a, b are dy and x)
+                if pass_name == "backward filter":
+                    timed = (out_, ws_[:least], a_[:group], b_[:group])
+                else:
+                    timed = (out_[:group], ws_[:least], a_[:group], b_)
+                BENCHMARKED[key] = _time_candidates(device, candidates, timed)
             candidates[BENCHMARKED[key]](out_, ws_, a_, b_)
 
         fastest.conv_algorithm = (pass_name, lambda: BENCHMARKED.get(key, "not run yet"))
