@@ -20,6 +20,9 @@ The operations, callable from kernels compiled with ``njit``:
   vector or a scalar of the same dtype (broadcast to every lane);
 - ``vadd(u, v)``, ``vmul(u, v)``: lane by lane, ``v`` a vector or a scalar;
 - ``vsplat(s)``: a scalar in every lane;
+- ``vkeep(v, bits)``: lane l of ``v`` where bit l of the integer ``bits`` is set, +0 elsewhere
+  (a select, not ``v * 0``, which would make an infinity or a NaN NaN: the masked lanes read
+  exactly the zeros of a padding);
 - ``vwload(a, i)``: ``lanes(float64)`` elements from ``a.flat[i]``, widened to float64 (the
   sums of the float32 BatchNorm kernels are float64);
 - ``vsum(v)``: the sum of the lanes, in a fixed tree (the upper half added onto the lower
@@ -47,7 +50,7 @@ from numba.core.extending import intrinsic, overload
 
 __all__ = [
     "VECTOR_BYTES", "lanes", "vload", "vstore", "vzero", "vfma",
-    "vwload", "vsplat", "vadd", "vmul", "vsum",
+    "vwload", "vsplat", "vadd", "vmul", "vsum", "vkeep",
 ]  # fmt: skip
 
 
@@ -284,6 +287,24 @@ def _vsum(typingctx, v):
     return sig, codegen
 
 
+@intrinsic
+def _vkeep(typingctx, v, bits):
+    if not (isinstance(v, Vector) and isinstance(bits, types.Integer)):
+        return None
+    sig = v(v, bits)
+
+    def codegen(context, builder, signature, args):
+        vector, mask = args
+        count = vector.type.count
+        # the low `count` bits of the integer, one i1 a lane: LLVM's bitcast of an iN to
+        # <N x i1> puts bit l in lane l
+        low = builder.trunc(mask, ir.IntType(count))
+        flags = builder.bitcast(low, ir.VectorType(ir.IntType(1), count))
+        return builder.select(flags, vector, ir.Constant(vector.type, None))
+
+    return sig, codegen
+
+
 def vwload(a, i):
     return a.reshape(-1)[i : i + lanes(np.float64)].astype(np.float64)  # within a row: full
 
@@ -298,6 +319,11 @@ def vadd(u, v):
 
 def vmul(u, v):
     return u * v
+
+
+def vkeep(v, bits):
+    kept = (int(bits) >> np.arange(v.size)) & 1
+    return np.where(kept == 1, v, np.zeros_like(v))
 
 
 def vsum(v):
@@ -324,6 +350,11 @@ def _vadd_overload(u, v):
 @overload(vmul, inline="always")
 def _vmul_overload(u, v):
     return lambda u, v: _vmul(u, v)
+
+
+@overload(vkeep, inline="always")
+def _vkeep_overload(v, bits):
+    return lambda v, bits: _vkeep(v, bits)
 
 
 @overload(vsum, inline="always")

@@ -21,11 +21,13 @@ tiles write each plane's sums in one long row (H rows W2 apart, as the input's),
 vector long, and unpad_rows copies them out: the caller's workspace gives the sums room, and
 room for the reads of a short plane's vector past the plane (conv3x3: zeros in every padded
 plane; conv3x3s2: room after the last phase plane), whose extra lanes are never used.
+(conv3x3 on rows narrower than a vector that divide it keeps them unpadded: _narrow.py.)
 
 A tile's two vectors are two consecutive vectors of one sample, or, where a sample has an odd
 number of them, the same vector of two samples (tiling): an 8x8 plane's 80 row-padded sums
 are five vectors, which pairs within the sample computed as six (conv3x3's tiles on ResNet-20's
-8x8 layers 1.10x faster paired, the same bits).
+8x8 layers, before _narrow.py, 1.10x faster paired, the same bits; conv3x3s2's 8x8 outputs
+are 72 sums, five vectors, still).
 
 conv3x3s2's backward data (phase_tiles) and conv1x1 (pointwise_tiles) take the tile with other
 taps: a kernel for each phase or for each direction, compiled from one source with its taps

@@ -15,7 +15,10 @@ channels and taps (_tiles.py; _simd.py gives Numba the vector type).
 
 Padded planes (the workspace): each input plane is copied once with a zero border of one
 pixel, row length W2 = W + 2, flattened, plus two trailing zeros. Output (i, j) then reads
-elements (i + p)*W2 + j + q of its padded plane: no bounds to test in the loop.
+elements (i + p)*W2 + j + q of its padded plane: no bounds to test in the loop. Where a row
+is narrower than a vector and a vector holds whole rows (the 8x8 planes of ResNet's last stage
+in float32 with AVX-512), forward and backward data keep the rows W long instead and mask the
+taps that would read the next or the previous row (_narrow.py: no sums on padding columns).
 
 Backward data is the forward pass of the padded dy, with the filters flipped and their two
 channel axes swapped: dx[n,c,i,j] = sum_{o,p,q} w[o,c,2-p,2-q] dypad[n,o,i+p,j+q].
@@ -26,9 +29,9 @@ pixel, broadcast, multiplies a vector of filters (_filter_lanes.py).
 
 Workspace: ``conv3x3_workspace_per_sample`` elements per sample (kernels/sizes.py), the most
 any pass needs: forward, the padded planes of x and each output plane's sums in rows as long as
-the padded ones, where vectors run across rows when a row is narrower than a vector (the 8x8
-planes of ResNet's last stage); backward data, the same for dy and dx; backward filter, the
-padded planes of x and dy transposed. The batch runs in chunks of as many samples as the
+the padded ones, where vectors run across rows when a row is narrower than a vector (planes of
+7x7 or 14x14; _narrow.py's planes need less); backward data, the same for dy and dx; backward
+filter, the padded planes of x and dy transposed. The batch runs in chunks of as many samples as the
 workspace holds; backward filter's chunks are whole sample groups (conv3x3_filter_sample_group,
 below), so its workspace must hold one group.
 
@@ -60,6 +63,8 @@ from ..sizes import (
 )
 from ._filter_lanes import channel_sets, filter_lanes, transposed
 from ._jit import by_size, njit
+from ._narrow import applies as narrow_applies
+from ._narrow import forward_narrow
 from ._tiles import forward_tiles
 
 # Non-negative indices as unsigned: Numba then drops its negative-index wraparound, which
@@ -125,14 +130,19 @@ def _views(workspace, b, inputs, outputs, h, w):
 
 
 def _forward(out, source, w, workspace, flipped):
-    """out = the padded-plane convolution of source (_tiles.py's register tiles), in chunks."""
+    """out = the padded-plane convolution of source (_tiles.py's register tiles), in chunks; on
+    _narrow.py's planes where its rows are narrower than a vector."""
     n, ni, h, wd = source.shape
     na = out.shape[1]
     b = _chunks(n, workspace, conv3x3_forward_need(ni, na, h, wd))
     w2 = wd + 2
     shifts = (0, 1, 2, w2, w2 + 1, w2 + 2, 2 * w2, 2 * w2 + 1, 2 * w2 + 2)  # tap (p, q)
+    narrow = narrow_applies(out)
     for n0 in range(0, n, b):
         chunk = source[n0 : n0 + b]
+        if narrow:  # rows narrower than a vector: _narrow.py's planes
+            forward_narrow(out[n0 : n0 + b], chunk, w, workspace, flipped)
+            continue
         padded, sums = _views(workspace, chunk.shape[0], ni, na, h, wd)
         spread(padded, chunk, False)
         forward_tiles(out[n0 : n0 + b], padded, sums, w, flipped, w2, shifts)

@@ -210,3 +210,53 @@ def test_backward_filter_the_same_bits_in_any_channel_sets(rng, monkeypatch, str
     direct = conv2d_backward_filter_direct
     direct(want, dy.astype(np.float64), x.astype(np.float64), stride, stride, 1, 1)
     np.testing.assert_allclose(results[0], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+# (N, C, H, W, O, dtype) whose rows are narrower than a vector and divide it (_narrow.py): two
+# 8-pixel rows a float32 vector (with AVX-512), four 4-pixel rows; an odd batch pairs samples
+NARROW = [(3, 5, 8, 8, 11, np.float32), (2, 9, 4, 4, 3, np.float32), (5, 4, 8, 4, 9, np.float64)]
+
+
+@pytest.mark.parametrize("n, c, h, w, o, dtype", NARROW)
+def test_narrow_planes_give_the_bits_of_the_row_padded_sums(rng, n, c, h, w, o, dtype):
+    """Forward and backward data on rows narrower than a vector: with a C-contiguous output on
+    the narrow planes (which leave the rest of the workspace untouched), into a view through the
+    row-padded sums (which use it): the same bits, and the direct kernels' sums."""
+    from nnmem.kernels.cpu import _narrow
+    from nnmem.kernels.cpu._simd import lanes
+
+    x, wt, dy = arrays(rng, (n, c, h, w, o), dtype)
+    if w >= lanes(dtype):
+        pytest.skip("rows this wide hold a vector on this CPU (AVX2)")
+    ws = np.full(n * conv3x3_workspace_per_sample(c, o, h, w), np.nan, dtype)
+    y, dx = np.empty_like(dy), np.empty_like(x)
+    conv3x3_forward(y, x, wt, ws)
+    conv3x3_backward_data(dx, dy, wt, ws)
+    used = n * max(c, o) * _narrow.plane(h, w)
+    assert np.isnan(ws[used:]).all() and not np.isnan(ws[:used]).any()
+    wide_y, wide_dx = np.empty((n, o + 1, h, w), dtype), np.empty((n, c + 1, h, w), dtype)
+    conv3x3_forward(wide_y[:, :o], x, wt, ws)
+    conv3x3_backward_data(wide_dx[:, :c], dy, wt, ws)
+    assert not np.isnan(ws[used:]).all()  # the row-padded sums ran
+    np.testing.assert_array_equal(wide_y[:, :o], y)
+    np.testing.assert_array_equal(wide_dx[:, :c], dx)
+    want_y, want_dx, _ = direct_passes(*(a.astype(np.float64) for a in (x, wt, dy)))
+    for got, want in ((y, want_y), (dx, want_dx)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_narrow_planes_keep_the_next_rows_infinities_out(rng):
+    """The narrow planes' taps at a row's first and last column read the neighbouring row's
+    pixel and mask it: an infinity or a NaN at a row's end reaches only the outputs that the
+    direct kernel gives it to (a mask by multiplying with zero would make the others NaN)."""
+    x, wt, dy = arrays(rng, (2, 3, 8, 8, 4), np.float32)
+    x[0, 1, 3, 0], x[1, 2, 5, 7], x[1, 0, 0, 7] = np.inf, np.nan, -np.inf
+    dy[0, 2, 6, 7], dy[1, 3, 2, 0] = np.nan, np.inf
+    ws = np.empty(2 * conv3x3_workspace_per_sample(3, 4, 8, 8), np.float32)
+    y, dx = np.empty_like(dy), np.empty_like(x)
+    conv3x3_forward(y, x, wt, ws)
+    conv3x3_backward_data(dx, dy, wt, ws)
+    want_y, want_dx, _ = direct_passes(*(a.astype(np.float64) for a in (x, wt, dy)))
+    for got, want in ((y, want_y), (dx, want_dx)):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
