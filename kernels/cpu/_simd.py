@@ -26,7 +26,12 @@ The operations, callable from kernels compiled with ``njit``:
 - ``vwload(a, i)``: ``lanes(float64)`` elements from ``a.flat[i]``, widened to float64 (the
   sums of the float32 BatchNorm kernels are float64);
 - ``vsum(v)``: the sum of the lanes, in a fixed tree (the upper half added onto the lower
-  half, until one lane is left).
+  half, until one lane is left);
+- ``vtranspose(dst, d, dst_step, src, s, src_step)``: a square block of ``lanes`` x ``lanes``
+  elements transposed: row r of dst (its ``lanes`` elements from ``d + r*dst_step``) gets
+  column r of the block whose row k is src's ``lanes`` elements from ``s + k*src_step``; in
+  registers (``lanes`` vector loads, log2(lanes) rounds of two-vector shuffles, ``lanes``
+  vector stores), where a loop of scalar copies moves one element a cycle.
 
 No bounds are checked, as in any kernel here that uses unsigned indices: the caller makes sure
 ``i + lanes`` stays within the array.
@@ -50,7 +55,7 @@ from numba.core.extending import intrinsic, overload
 
 __all__ = [
     "VECTOR_BYTES", "lanes", "vload", "vstore", "vzero", "vfma",
-    "vwload", "vsplat", "vadd", "vmul", "vsum", "vkeep",
+    "vwload", "vsplat", "vadd", "vmul", "vsum", "vkeep", "vtranspose",
 ]  # fmt: skip
 
 
@@ -305,6 +310,57 @@ def _vkeep(typingctx, v, bits):
     return sig, codegen
 
 
+def _transposed(builder, rows):
+    """The columns of a square block of LLVM vectors `rows`: round k (k = 1, 2, 4, ...) swaps
+    bit k of the row with bit k of the lane, each pair of rows (r, r + k) one two-vector shuffle
+    each; after log2(lanes) rounds, row and lane have swapped every bit."""
+    count = len(rows)
+    mask = ir.VectorType(ir.IntType(32), count)
+    k = 1
+    while k < count:
+        new = list(rows)
+        for r in range(count):
+            if r & k:
+                continue
+            # lane l of the pair (r, r + k) after the swap: from row r where bit k of l is
+            # clear, else from row r + k (shuffle indices of the second vector start at count)
+            low = [lane if not lane & k else count + (lane ^ k) for lane in range(count)]
+            high = [lane ^ k if not lane & k else count + lane for lane in range(count)]
+            new[r] = builder.shuffle_vector(rows[r], rows[r + k], ir.Constant(mask, low))
+            new[r + k] = builder.shuffle_vector(rows[r], rows[r + k], ir.Constant(mask, high))
+        rows, k = new, 2 * k
+    return rows
+
+
+@intrinsic
+def _vtranspose(typingctx, dst, d, dst_step, src, s, src_step):
+    steps = (d, dst_step, s, src_step)
+    if not (_float_array(dst) and src == dst and all(isinstance(t, types.Integer) for t in steps)):
+        return None
+    sig = types.void(dst, d, dst_step, src, s, src_step)
+
+    def codegen(context, builder, signature, args):
+        dst_arr, _, _, src_arr, _, _ = args
+        d_at, d_step, s_at, s_step = (
+            context.cast(builder, args[i], signature.args[i], types.intp) for i in (1, 2, 4, 5)
+        )
+        array_type = signature.args[0]
+        count = Vector(array_type.dtype).count
+        align = array_type.dtype.bitwidth // 8
+        index = d_at.type
+
+        def row(array, at, step, r):
+            offset = builder.add(at, builder.mul(step, ir.Constant(index, r)))
+            return _element_pointer(context, builder, array_type, array, offset)
+
+        rows = [builder.load(row(src_arr, s_at, s_step, r), align=align) for r in range(count)]
+        for r, column in enumerate(_transposed(builder, rows)):
+            builder.store(column, row(dst_arr, d_at, d_step, r), align=align)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 def vwload(a, i):
     return a.reshape(-1)[i : i + lanes(np.float64)].astype(np.float64)  # within a row: full
 
@@ -324,6 +380,13 @@ def vmul(u, v):
 def vkeep(v, bits):
     kept = (int(bits) >> np.arange(v.size)) & 1
     return np.where(kept == 1, v, np.zeros_like(v))
+
+
+def vtranspose(dst, d, dst_step, src, s, src_step):
+    n = lanes(dst.dtype)
+    block = np.stack([src.reshape(-1)[s + k * src_step : s + k * src_step + n] for k in range(n)])
+    for r in range(n):
+        dst.reshape(-1)[d + r * dst_step : d + r * dst_step + n] = block[:, r]
 
 
 def vsum(v):
@@ -355,6 +418,13 @@ def _vmul_overload(u, v):
 @overload(vkeep, inline="always")
 def _vkeep_overload(v, bits):
     return lambda v, bits: _vkeep(v, bits)
+
+
+@overload(vtranspose, inline="always")
+def _vtranspose_overload(dst, d, dst_step, src, s, src_step):
+    return lambda dst, d, dst_step, src, s, src_step: _vtranspose(
+        dst, d, dst_step, src, s, src_step
+    )
 
 
 @overload(vsum, inline="always")

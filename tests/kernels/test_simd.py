@@ -18,11 +18,13 @@ from nnmem.kernels.cpu._simd import (
     lanes,
     vadd,
     vfma,
+    vkeep,
     vload,
     vmul,
     vsplat,
     vstore,
     vsum,
+    vtranspose,
     vwload,
     vzero,
 )
@@ -49,6 +51,13 @@ def _wide_sums(out, a, i, s):
     out[2] = vsum(vfma(vsplat(s), v, v))
 
 
+def _kept_and_transposed(out, a, bits, dst, d, dst_step, src, s, src_step):
+    """out[:lanes] = vkeep of a's first vector by `bits`; dst's block = vtranspose of src's."""
+    vstore(out, 0, vkeep(vload(a, 0), bits))
+    vtranspose(dst, d, dst_step, src, s, src_step)
+
+
+kept_and_transposed = njit()(_kept_and_transposed)
 fma_then_store = njit()(_fma_then_store)
 zeros_stored = njit()(_zeros_stored)
 wide_sums = njit()(_wide_sums)
@@ -85,6 +94,30 @@ def test_load_fma_store_zero_against_numpy(rng, dtype):
     np.testing.assert_array_equal(out[n:], np.zeros(n, dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_masked_lanes_and_transposed_blocks(rng, dtype):
+    """vkeep zeroes the lanes whose bit is clear, +0 whatever they held (an infinity, a NaN),
+    and keeps the others' bits; vtranspose writes the block's columns as rows, between rows
+    `step` apart, and nothing else: compiled, and as Python (NUMBA_DISABLE_JIT=1)."""
+    n = lanes(dtype)
+    a = rng.standard_normal(n).astype(dtype)
+    a[0], a[1], a[-1] = np.inf, np.nan, -0.0
+    bits = int(rng.integers(0, 2**n)) | 1 | 1 << (n - 1)  # lane 0 and the last kept
+    bits &= ~2  # lane 1 (the NaN) zeroed
+    src = rng.standard_normal(n * (n + 3) + 7).astype(dtype)
+    dst = np.full(n * (n + 5) + 11, np.nan, dtype)
+    out = np.full(n + 1, 7.0, dtype)
+    kept_and_transposed(out, a, bits, dst, 11, n + 5, src, 7, n + 3)
+    kept = (bits >> np.arange(n)) & 1 == 1
+    np.testing.assert_array_equal(out[:n][kept], a[kept])
+    assert (out[:n][~kept] == 0).all() and not np.signbit(out[:n][~kept]).any()
+    assert out[n] == 7.0  # one vector written
+    block = np.stack([src[7 + k * (n + 3) : 7 + k * (n + 3) + n] for k in range(n)])
+    rows = np.stack([dst[11 + r * (n + 5) : 11 + r * (n + 5) + n] for r in range(n)])
+    np.testing.assert_array_equal(rows, block.T)
+    assert np.isnan(dst).sum() == dst.size - n * n  # nothing but the block's rows
+
+
 @needs_jit
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_widened_sums_in_a_fixed_tree(rng, dtype):
@@ -107,11 +140,12 @@ def test_widened_sums_in_a_fixed_tree(rng, dtype):
 
 def test_the_register_tiles_run_as_python(tmp_path):
     """NUMBA_DISABLE_JIT=1: conv3x3's forward and backward data (one tile straight into y, one
-    through the rows of sums), conv3x3s2's forward and backward data on a short plane,
-    conv1x1's forward and backward data (three samples: a pair and one alone), the three
-    backward filters (the filters or the taps in the lanes, a last vector part full) and
-    BatchNorm's forward and backward, vector operations all plain Python, give the compiled
-    kernels' numbers (float64: to the last bits of two roundings; float32 to its precision)."""
+    through the rows of sums, and rows narrower than a vector), conv3x3s2's forward and
+    backward data on a short plane, conv1x1's forward and backward data (three samples: a pair
+    and one alone), the three backward filters (the filters or the taps in the lanes, a last
+    vector part full; dy transposed in blocks) and BatchNorm's forward and backward, vector
+    operations all plain Python, give the compiled kernels' numbers (float64: to the last bits
+    of two roundings; float32 to its precision)."""
     code = """
         import numpy as np, sys
         import nnmem.kernels.cpu as K
@@ -158,6 +192,16 @@ def test_the_register_tiles_run_as_python(tmp_path):
         ws = np.empty(3 * sizes.conv3x3s2_workspace_per_sample(4, 21, 6, 5))
         K.conv3x3s2_backward_filter(dw, dy2, x, ws)
         np.save(sys.argv[1] + "/s2_dw.npy", dw)
+        x16 = rng.standard_normal((2, 3, 4, 8))  # 16 filters of 32 pixels: dy transposed in
+        dy16 = rng.standard_normal((2, 16, 4, 8))  # blocks of lanes x lanes (vtranspose)
+        dw16 = np.empty((16, 3, 3, 3))
+        ws16 = np.empty(2 * sizes.conv3x3_workspace_per_sample(3, 16, 4, 8))
+        K.conv3x3_backward_filter(dw16, dy16, x16, ws16)
+        np.save(sys.argv[1] + "/dw16.npy", dw16)
+        y32 = np.empty((2, 16, 4, 8), np.float32)  # 8-pixel rows: narrow planes in float32
+        ws32 = np.empty(2 * sizes.conv3x3_workspace_per_sample(3, 16, 4, 8), np.float32)
+        K.conv3x3_forward(y32, x16.astype(np.float32), dw16.astype(np.float32), ws32)
+        np.save(sys.argv[1] + "/y32.npy", y32)
         x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)  # BatchNorm's float64 sums
         ones, zeros = np.ones(3, np.float32), np.zeros(3, np.float32)
         y, mean, invstd = np.empty_like(x), np.empty(3, np.float32), np.empty(3, np.float32)
@@ -182,7 +226,7 @@ def test_the_register_tiles_run_as_python(tmp_path):
         )
         assert run.returncode == 0, run.stderr
         results[jit] = {p.name: np.load(p) for p in folder.iterdir()}
-    assert len(results["0"]) == 15
+    assert len(results["0"]) == 17
     for name, compiled in results["0"].items():
         tolerance = 1e-6 if name.startswith("bn") else 1e-13  # float32 outputs
         np.testing.assert_allclose(results["1"][name], compiled, rtol=tolerance, atol=tolerance)
