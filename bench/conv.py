@@ -7,7 +7,7 @@ A shape is N,C,H,O,S[,K]: batch, channels, height = width, filters, stride, and 
 size K, 3 (padding 1) or 1 (no padding); 3 when left out. The defaults are ResNet-20's at batch
 32: its three stages (16, 32 and 64 channels of 32x32, 16x16 and 8x8), its two stride-2
 convolutions and a 1x1 stride-2 projection shortcut; two wider layers where the GEMM takes
-over (kernels/cpu/conv3x3.py and nnmem/ops/conv.py's CONV3X3_FIRST_UP_TO say why); and two
+over (kernels/cpu/conv3x3.py and nnmem/ops/conv_geometry.py's CONV3X3_FIRST_UP_TO say why); and two
 1x1 convolutions of a ResNet-50 bottleneck (256 channels of 14x14 to 64 filters, and back).
 
 Each pass (forward, backward data, backward filter) of each algorithm that applies (conv3x3

@@ -202,6 +202,7 @@ class PoolMachine(RuleBasedStateMachine):
         left = budget_left(sum(free_sizes), allocated, self.budget)
         assert s["free_bytes"] == left
         assert s["largest_free_block"] == min(max(free_sizes, default=0), left)
+        assert self.pool.largest_free_block() == s["largest_free_block"]  # asked alone
         assert s["free_segments"] == len(free_sizes)
         assert s["requested_bytes.current"] == sum(v[2] for v in self.live.values())
         assert s["num_allocs"] == self.allocs and s["num_frees"] == self.frees

@@ -206,7 +206,7 @@ class Pool:
             request=size,
             nbytes=nbytes,
             free_bytes=self._budget_left(),
-            largest_free_block=min(self._largest_free(), self._budget_left()),
+            largest_free_block=self._largest_within_budget(),
             capacity=self.budget,
             live=self.live_blocks()[: OutOfMemory.MAX_LISTED],
             requester=owner,
@@ -305,6 +305,15 @@ class Pool:
         return free if self.budget is None else max(min(free, self.budget - self._allocated), 0)
 
     @_locked
+    def largest_free_block(self) -> int:
+        """stats()["largest_free_block"] alone, for a caller that asks at every operation
+        (Conv2d's "auto" workspace), without making every other counter."""
+        return self._largest_within_budget()
+
+    def _largest_within_budget(self) -> int:
+        return min(self._largest_free(), self._budget_left())
+
+    @_locked
     def stats(self) -> dict:
         """Counters named like ``torch.cuda.memory_stats()``.
 
@@ -327,7 +336,7 @@ class Pool:
             "reserved_bytes": self.capacity,
             "budget_bytes": self.budget,
             "free_bytes": self._budget_left(),
-            "largest_free_block": min(self._largest_free(), self._budget_left()),
+            "largest_free_block": self._largest_within_budget(),
             "num_allocs": self._num_allocs,
             "num_frees": self._num_frees,
             "active_blocks": len(self._live),

@@ -8,7 +8,7 @@ with stride 2, over phase planes: conv3x3s2.py) and "conv1x1" (one GEMM per samp
 planes: conv1x1.py). With algorithm="auto" (SuperNeurons 3.5) each pass follows the memory free
 at its step, and its numbers never do. A first candidate, picked by the geometry (on a CPU, and
 on a planning device that plans for one, the specialised algorithm that applies, within
-FIRST_UP_TO channels and filters; else gemm), sizes the workspace:
+conv_geometry.FIRST_UP_TO channels and filters; else gemm), sizes the workspace:
 as many samples of its need as the pool's free memory allows, in whole sample groups. A sample
 group is what keeps the numbers: the gemm passes multiply, and the specialised ones sum,
 groups of samples fixed by the geometry and the batch (kernels/sizes.py), so that a smaller
@@ -52,6 +52,7 @@ import numpy as np
 
 from nnmem.kernels import sizes
 from nnmem.operation import Operator
+from nnmem.ops import conv_geometry
 from nnmem.ops.padding import four_sides, pair, whole
 
 __all__ = ["Conv2d", "conv2d"]
@@ -78,7 +79,6 @@ class Conv2d(Operator):
         if not isinstance(group, int) or group < 1:
             raise ValueError(f"conv2d: group must be a positive int, not {group!r}")
         self.stride, self.group = tuple(stride), group
-        self._special = None  # ((kh, kw), the specialised algorithm or None): _specialised
         self.pads = four_sides(pair(padding), "conv2d")
         top, left, bottom, right = self.pads
         symmetric = (top, left) == (bottom, right)
@@ -232,7 +232,7 @@ class Conv2d(Operator):
         if special not in candidates:  # (the module's docstring says why only there)
             candidates["direct"] = lambda out_, ws_, a_, b_: direct(out_, a_, b_, sh, sw, ph, pw)
         key = (self.device.kind, pass_name, a.shape, b.shape, out.shape)
-        key += (self.stride, self.padding, str(out.dtype))
+        key += (self.stride, self.padding, out.dtype)
         device = self.device
 
         def fastest(out_, ws_, a_, b_):
@@ -248,60 +248,32 @@ class Conv2d(Operator):
         fastest.conv_algorithm = (pass_name, lambda: BENCHMARKED.get(key, "not run yet"))
         self.run(fastest, reads=(a, b), writes=(out, ws))
 
-    def _specialised_first(self):
-        """Is the specialised algorithm the first candidate of "auto" (the one it expects to
-        keep, and sizes the workspace for): its geometry, within FIRST_UP_TO channels and
-        filters, on a CPU (where the rule was measured) or a planning device planning for one."""
-        c, o = self.geometry[0], self.geometry[3]
-        special = self._specialised()
-        if self.device.plans_for != "cpu" or special is None:
-            return False
-        return FIRST_UP_TO[special] is None or max(c, o) <= FIRST_UP_TO[special]
-
     def _specialised(self):
-        """The specialised algorithm that applies to this geometry (SPECIALISED; with the same
-        padding on every side, no dilation, one group), or None; kept per kernel size."""
+        """The specialised algorithm that applies to this geometry, or None
+        (conv_geometry.specialised)."""
         kh, kw = self.geometry[4:]
-        if self._special is None or self._special[0] != (kh, kw):
-            plain = self.pads[:2] == self.pads[2:] and self.dilation == (1, 1) and self.group == 1
-            special = (
-                sizes.specialised_conv(kh, kw, *self.stride, *self.pads[:2]) if plain else None
-            )
-            self._special = ((kh, kw), special)
-        return self._special[1]
-
-    def _gemm_per_sample(self):
-        """Workspace elements one sample needs in the gemm passes."""
-        c, h, w, o, kh, kw = self.geometry
-        (sh, sw), (ph, pw) = self.stride, self.padding
-        return sizes.conv2d_gemm_workspace_per_sample(c, h, w, o, kh, kw, sh, sw, ph, pw)
+        return conv_geometry.specialised(kh, kw, self.stride, self.pads, self.dilation, self.group)
 
     def _workspace_algorithm(self):
         """The algorithm whose need sizes the workspace: the one asked for ("gemm" or a
-        specialised one), "auto"'s first candidate, or None ("direct", grouped convolutions)."""
-        if self.algorithm == "auto":
-            return self._specialised() if self._specialised_first() else "gemm"
-        return None if self.algorithm == "direct" else self.algorithm
+        specialised one), "auto"'s first candidate, or None ("direct", grouped convolutions):
+        conv_geometry.workspace_algorithm."""
+        return conv_geometry.workspace_algorithm(
+            self.algorithm, self.geometry, self.stride, self.pads, self.dilation, self.group,
+            self.device.plans_for,
+        )  # fmt: skip
 
     def _per_sample(self, algorithm):
-        """Workspace elements the op gives `algorithm` per sample: the most any of its passes
-        needs (the gemm's columns, the 3x3 loops' planes, conv1x1's kept pixels: none with
-        stride 1)."""
-        if algorithm == "gemm":
-            return self._gemm_per_sample()
-        c, h, w, o = self.geometry[:4]
-        return sizes.specialised_workspace_per_sample(algorithm, c, h, w, o, *self.stride)
+        """Workspace elements the op gives `algorithm` per sample (conv_geometry.per_sample)."""
+        return conv_geometry.per_sample(algorithm, self.geometry, self.stride, self.padding)
 
     def _sample_group(self, algorithm, pass_name, n):
-        """Samples per group of `algorithm`'s `pass_name` on a batch of n (kernels/sizes.py):
-        the pass's numbers are those of the whole batch's workspace in any workspace that holds
-        one group."""
-        c, h, w, o, kh, kw = self.geometry
-        if algorithm != "gemm":
-            return sizes.specialised_sample_group(algorithm, pass_name, n, h, w)
-        (sh, sw), (ph, pw) = self.stride, self.padding
-        _, _, oh, ow = sizes.conv2d_output_shape(n, c, h, w, o, kh, kw, sh, sw, ph, pw)
-        return sizes.conv2d_gemm_sample_group(n, oh, ow, self.device.plans_for)
+        """Samples per group of `algorithm`'s `pass_name` on a batch of n
+        (conv_geometry.sample_group)."""
+        return conv_geometry.sample_group(
+            algorithm, pass_name, n, self.geometry, self.stride, self.padding,
+            self.device.plans_for,
+        )  # fmt: skip
 
     def smallest_workspace_bytes(self, pass_name, n, dtype):
         """The fewest workspace bytes that `pass_name` ("forward", "backward data" or "backward
@@ -339,7 +311,7 @@ class Conv2d(Operator):
         groups = [self._sample_group(algorithm, p, n) for p in passes]
         if self.algorithm == "auto" and per_sample > 0:  # (conv1x1 with stride 1 needs none:
             # an empty workspace, which any memory holds)
-            free = self.device.pool.stats()["largest_free_block"] - extra_bytes
+            free = self.device.pool.largest_free_block() - extra_bytes
             samples = min(n, max(min(free, WORKSPACE_LIMIT_BYTES), 0) // (per_sample * itemsize))
             if self.device.workspace_limit is not None:  # a plan lowering workspaces: never
                 # below one group of every pass, so that no number changes (free memory
@@ -360,19 +332,6 @@ class Conv2d(Operator):
 #: time alike would otherwise be picked by the noise of the moment, and the choice (whose
 #: numbers differ in the last bits) would change from one process to the next.
 MARGIN = 0.8
-#: On a CPU (and a planning device planning for one), the first candidate is conv3x3 where it
-#: applies and the channels and filters are at most this many, gemm otherwise (and on a GPU,
-#: where the rule is not measured). Measured on 2 cores (AVX-512), float32, GFLOP/s of the
-#: three passes: conv3x3 beats gemm at 16-128 channels (ResNet-20's 64 channels of 8x8:
-#: conv3x3 113-125, gemm 84-109), and gemm wins from 256 (8x8: conv3x3 118-134, gemm 153-169).
-CONV3X3_FIRST_UP_TO = 128
-#: The same rule per specialised algorithm (None: any width), on the most of C and O.
-#: bench/conv.py, one thread, GFLOP/s of the passes: conv3x3s2 beats gemm at 32 (ResNet-20's 16
-#: channels of 32x32 to 32 filters: 47, 41, 41 against 36, 40, 34), ties at 64 (32 of 16x16 to
-#: 64: 50, 34, 51 against 51, 52, 54) and loses at 128 (64 to 128, 2 cores: 55, 33, 49 against
-#: 75, 65, 84); conv1x1 runs the gemm's products less its copies, faster at every width
-#: measured (16 to 2048 channels).
-FIRST_UP_TO = {"conv3x3": CONV3X3_FIRST_UP_TO, "conv3x3s2": 64, "conv1x1": None}
 
 
 def _time_candidates(device, candidates, arrays):
