@@ -201,6 +201,10 @@ def transposed(workspace, start, dy):
 
 def channel_sets(c, o, dtype, threads):
     """How many sets filter_lanes cuts the C channels into: enough tasks (vectors of O
-    filters of `dtype` times sets) for the threads, at most one set a loop's CHANNELS."""
+    filters of `dtype` times sets) for the threads, at most one set a channel. A loop of one
+    channel loads dy's vector for 9 multiply-adds where three channels' take 27, but its other
+    loads, one a multiply-add, are the same: on 2 threads the first layer's 3 channels as two
+    sets (one thread idle with one set) took 0.158 against 0.187 ms (ResNet-20, batch 32, 2-core
+    AMD EPYC); 16 filters of 16 channels on 16 threads are 16 tasks, not 6."""
     vectors = -(-o // lanes(dtype))
-    return max(1, min(-(-c // CHANNELS), -(-threads // max(vectors, 1))))
+    return max(1, min(c, -(-threads // max(vectors, 1))))
