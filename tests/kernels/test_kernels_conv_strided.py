@@ -162,9 +162,12 @@ def test_bad_shapes_and_small_workspaces_are_refused(rng):
 
 # ---------------------------------------------------------------- 1x1 (kernels/cpu/conv1x1.py)
 # (N, C, H, W, O, stride): stride 1 (no workspace), 2 and uneven (2, 3); odd sizes; backward
-# filter's blocks of rows (O > C) and of columns (O <= C), more than one block (C > 64)
+# filter's blocks of rows (O > C) and of columns (O <= C), more than one block (C > 64); and in
+# the channel lanes (a stride, C a multiple of the lanes: 16 and 24 float64 channels, two and
+# three vectors with AVX-512; O not a multiple of the tile's eight filters)
 SHAPES_1X1 = [(3, 5, 7, 6, 3, (1, 1)), (2, 4, 7, 5, 6, (2, 2)), (4, 3, 8, 9, 5, (2, 3))]
 SHAPES_1X1 += [(1, 1, 1, 1, 1, (2, 2)), (3, 130, 5, 4, 7, (2, 2)), (2, 6, 4, 5, 140, (1, 1))]
+SHAPES_1X1 += [(3, 16, 7, 6, 11, (2, 2)), (5, 24, 5, 9, 19, (2, 3))]
 
 
 def arrays_1x1(rng, shape, dtype=np.float64):
@@ -217,8 +220,9 @@ def test_1x1_matches_the_direct_kernels_in_every_chunking(rng, shape):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_1x1_the_same_bits_on_any_number_of_threads(rng, dtype):
-    shape = (5, 70, 6, 6, 9, (2, 2))
+@pytest.mark.parametrize("channels", [70, 32])  # products in GEMMs; in the channel lanes
+def test_1x1_the_same_bits_on_any_number_of_threads(rng, dtype, channels):
+    shape = (5, channels, 6, 6, 9, (2, 2))
     x, wt, dy = arrays_1x1(rng, shape, dtype)
     before = numba.get_num_threads()
     results = []
@@ -263,6 +267,28 @@ def test_the_layouts_serial_and_parallel_agree(rng, channel_major):
     for a, b in zip(*got):
         assert not np.isnan(a).any()
         np.testing.assert_array_equal(a, b)
+
+
+def test_1x1_backward_filter_in_the_channel_lanes_where_it_applies(rng):
+    """Backward filter runs in the channel lanes with a stride and C a multiple of the lanes
+    (float32 and float64), in GEMMs otherwise: the lanes leave no NaN of the workspace in dw
+    and give the direct kernel's sums, a sample's chain from zero added to the others in
+    sample order (a float32 sum to its precision)."""
+    from nnmem.kernels.cpu import conv1x1
+    from nnmem.kernels.cpu._simd import lanes
+
+    for dtype in (np.float32, np.float64):
+        c = 2 * lanes(dtype)
+        dw = np.empty((13, c, 1, 1), dtype)
+        assert conv1x1.in_lanes(dw, 2, 2) and conv1x1.in_lanes(dw, 1, 2)
+        assert not conv1x1.in_lanes(dw, 1, 1)  # no gather: x's own planes, in GEMMs
+        assert not conv1x1.in_lanes(np.empty((13, c + 1, 1, 1), dtype), 2, 2)
+        x, wt, dy = arrays_1x1(rng, (6, c, 9, 8, 13, (2, 2)), dtype)
+        want = direct_1x1(*(a.astype(np.float64) for a in (x, wt, dy)), (2, 2))[2]
+        ws = np.full(4 * conv1x1_workspace_per_sample(c, 9, 8, 2, 2), np.nan, dtype)
+        conv1x1_backward_filter(dw, dy, x, ws, 2, 2)  # chunks of 4 and 2 samples
+        tolerance = 1e-5 if dtype == np.float32 else 1e-13
+        np.testing.assert_allclose(dw, want, rtol=tolerance, atol=tolerance * np.abs(want).max())
 
 
 def test_1x1_without_openblas(rng, monkeypatch):
