@@ -273,7 +273,7 @@ def test_1x1_backward_filter_in_the_channel_lanes_where_it_applies(rng):
     """Backward filter runs in the channel lanes with a stride and C a multiple of the lanes
     (float32 and float64), in GEMMs otherwise: the lanes leave no NaN of the workspace in dw
     and give the direct kernel's sums, a sample's chain from zero added to the others in
-    sample order (a float32 sum to its precision)."""
+    sample order (a float32 sum to its precision), and its NaN and infinite entries."""
     from nnmem.kernels.cpu import conv1x1
     from nnmem.kernels.cpu._simd import lanes
 
@@ -289,6 +289,13 @@ def test_1x1_backward_filter_in_the_channel_lanes_where_it_applies(rng):
         conv1x1_backward_filter(dw, dy, x, ws, 2, 2)  # chunks of 4 and 2 samples
         tolerance = 1e-5 if dtype == np.float32 else 1e-13
         np.testing.assert_allclose(dw, want, rtol=tolerance, atol=tolerance * np.abs(want).max())
+        x[2, 3, 4, 6], x[5, 0, 1, 1] = np.nan, np.inf  # a kept pixel, and one the stride skips
+        dy[1, 7, 0, 2] = -np.inf
+        conv1x1_backward_filter(dw, dy, x, ws, 2, 2)
+        want = direct_1x1(*(a.astype(np.float64) for a in (x, wt, dy)), (2, 2))[2]
+        np.testing.assert_array_equal(np.isnan(dw), np.isnan(want))  # the direct kernel's
+        np.testing.assert_array_equal(np.isinf(dw), np.isinf(want))  # non-finite entries
+        assert np.isnan(dw[:, 3]).all() and np.isfinite(dw[:, 0]).any()
 
 
 def test_1x1_without_openblas(rng, monkeypatch):
