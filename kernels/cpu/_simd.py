@@ -311,9 +311,10 @@ def _vkeep(typingctx, v, bits):
 
 
 def _transposed(builder, rows):
-    """The columns of a square block of LLVM vectors `rows`: round k (k = 1, 2, 4, ...) swaps
-    bit k of the row with bit k of the lane, each pair of rows (r, r + k) one two-vector shuffle
-    each; after log2(lanes) rounds, row and lane have swapped every bit."""
+    """The columns of a square block of LLVM vectors `rows`. Element (row, lane) must go to
+    (lane, row): each round swaps one bit of the two indices, k = 1, 2, 4, ... (the bit of
+    value k), by one two-vector shuffle for each row of a pair (r, r + k); after log2(lanes)
+    rounds every bit of the row index and the lane index has swapped."""
     count = len(rows)
     mask = ir.VectorType(ir.IntType(32), count)
     k = 1
