@@ -56,9 +56,10 @@ def test_another_geometry_is_refused():
 )
 def test_auto_times_the_specialised_kernels_first(monkeypatch, channels, kernel, stride, first):
     """On a CPU, "auto" times conv3x3s2 first (the one kept on a near tie, and the one its
-    workspace is sized for) up to CONV3X3_FIRST_UP_TO channels, gemm above, and conv1x1 at any
-    width (with stride 1 in an empty workspace: it needs none); the specialised kernel is a
-    candidate of every pass, and the choice gives the direct kernel's numbers (float32)."""
+    workspace is sized for) up to conv_geometry's CONV3X3_FIRST_UP_TO channels, gemm above,
+    and conv1x1 at any width (with stride 1 in an empty workspace: it needs none); the
+    specialised kernel is a candidate of every pass, and the choice gives the direct kernel's
+    numbers (float32)."""
     orders = []
     real = conv_ops._time_candidates
     monkeypatch.setattr(conv_ops, "BENCHMARKED", {})

@@ -297,7 +297,7 @@ def test_conv3x3_is_the_first_candidate_for_few_channels(
 ):
     """3x3, stride 1, padding 1, on a CPU: conv3x3 is timed first (the one kept on a near tie)
     up to CONV3X3_FIRST_UP_TO channels and filters, gemm above (kernels/cpu/conv3x3.py and
-    ops/conv.py say why); on a GPU gemm is first. The rule reads the device's kind: a CPU
+    ops/conv_geometry.py say why); on a GPU gemm is first. The rule reads the device's kind: a CPU
     device that says "cuda" shows the GPU's order without running kernels on the simulator."""
     orders = []
     real = conv_ops._time_candidates

@@ -107,12 +107,13 @@ def _filter_lanes(dw, dyt, src, oh, ow, w2, plane, group, sets, accumulate, phas
 
     Parallel over (vector of filters, set of channels): a task runs its groups in order and,
     within a group, its channels CHANNELS at a time, so the group's rows of dy stay in the
-    cache across them. `sets` cuts the channels into that many sets as equal as can be (more
-    tasks for more threads: the bits do not depend on it), and a set's last loop sums only
-    the channels it has left: ResNet-20's 16 channels of 32x32 on two threads are two sets of
-    8, loops of 3, 3 and 2 channels, where sets of whole loops (9 and 7) ran 3 loops of three
-    each (0.417 against 0.447 ms a pass, 2-core AMD EPYC). With CHANNELS 1 the second and
-    third channel's sums are never computed (the branches on the constant are compiled out)."""
+    cache across them. `sets` cuts the channels into sets of ceil(C / sets) channels, the last
+    ones smaller or empty (more tasks for more threads: the bits do not depend on it), and a
+    set's last loop sums only the channels it has left: ResNet-20's 16 channels of 32x32 on
+    two threads are two sets of 8, loops of 3, 3 and 2 channels, where sets of whole loops (9
+    and 7) ran 3 loops of three each (0.417 against 0.447 ms a pass, 2-core AMD EPYC). With
+    CHANNELS 1 the second and third channel's sums are never computed (the branches on the
+    constant are compiled out)."""
     c, o = src.shape[0], dw.shape[0]
     nb = src.shape[1] // (4 * plane if phases else plane)
     nl = VECTOR_BYTES // dw.itemsize

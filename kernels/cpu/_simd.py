@@ -303,7 +303,13 @@ def _vkeep(typingctx, v, bits):
         count = vector.type.count
         # the low `count` bits of the integer, one i1 a lane: LLVM's bitcast of an iN to
         # <N x i1> puts bit l in lane l
-        low = builder.trunc(mask, ir.IntType(count))
+        width = ir.IntType(count)
+        if mask.type.width > count:
+            low = builder.trunc(mask, width)
+        elif mask.type.width < count:
+            low = builder.zext(mask, width)
+        else:
+            low = mask
         flags = builder.bitcast(low, ir.VectorType(ir.IntType(1), count))
         return builder.select(flags, vector, ir.Constant(vector.type, None))
 
@@ -336,7 +342,8 @@ def _transposed(builder, rows):
 @intrinsic
 def _vtranspose(typingctx, dst, d, dst_step, src, s, src_step):
     steps = (d, dst_step, s, src_step)
-    if not (_float_array(dst) and src == dst and all(isinstance(t, types.Integer) for t in steps)):
+    same = _float_array(src) and src.dtype == dst.dtype  # src may be read-only, dst not
+    if not (_float_array(dst) and same and all(isinstance(t, types.Integer) for t in steps)):
         return None
     sig = types.void(dst, d, dst_step, src, s, src_step)
 
@@ -345,18 +352,20 @@ def _vtranspose(typingctx, dst, d, dst_step, src, s, src_step):
         d_at, d_step, s_at, s_step = (
             context.cast(builder, args[i], signature.args[i], types.intp) for i in (1, 2, 4, 5)
         )
-        array_type = signature.args[0]
-        count = Vector(array_type.dtype).count
-        align = array_type.dtype.bitwidth // 8
+        dst_type, src_type = signature.args[0], signature.args[3]
+        count = Vector(dst_type.dtype).count
+        align = dst_type.dtype.bitwidth // 8
         index = d_at.type
 
-        def row(array, at, step, r):
+        def row(array_type, array, at, step, r):
             offset = builder.add(at, builder.mul(step, ir.Constant(index, r)))
             return _element_pointer(context, builder, array_type, array, offset)
 
-        rows = [builder.load(row(src_arr, s_at, s_step, r), align=align) for r in range(count)]
+        rows = [
+            builder.load(row(src_type, src_arr, s_at, s_step, r), align=align) for r in range(count)
+        ]
         for r, column in enumerate(_transposed(builder, rows)):
-            builder.store(column, row(dst_arr, d_at, d_step, r), align=align)
+            builder.store(column, row(dst_type, dst_arr, d_at, d_step, r), align=align)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -295,10 +295,9 @@ class Conv2d(Operator):
         """The workspace tensor for `passes` (the names of the passes that share it), or None
         for the direct algorithm: the whole batch's for "gemm" and the specialised algorithms;
         under "auto", as many samples of its first candidate's need as the free memory holds
-        (the specialised one's where _specialised_first, else the gemm's columns), in whole
-        sample groups of the largest
-        group of `passes` that fits (a pass whose group does not fit runs direct: _conv_pass),
-        and None when no pass's group fits.
+        (the specialised one's where it is the first, else the gemm's columns: conv_geometry),
+        in whole sample groups of the largest group of `passes` that fits (a pass whose group
+        does not fit runs direct: _conv_pass), and None when no pass's group fits.
 
         `extra_bytes` are the outputs still to be allocated at this step: the workspace must
         leave room for them."""

@@ -10,6 +10,10 @@ largest free block asked alone, the dtype itself in "auto"'s key, not its name),
 the Python of ResNet-20's eager step (batch 32, the kernels switched off) from 5.0 to 4.3 ms,
 measured on a 2-core AMD EPYC, this version and the one before in turn.
 
+What they read besides their arguments, the constants of kernels/sizes.py and FIRST_UP_TO
+below, is fixed for a process: code that changes one (an experiment with GEMM_GROUP_COLUMNS,
+say) must call each function's cache_clear() too, or the old answers stay.
+
 Arguments: `geometry` is (C, H, W, O, KH, KW), `stride` (sh, sw), `pads` (top, left, bottom,
 right), `dilation` (dh, dw), `backend` the device a plan is for ("cpu" or "cuda").
 """

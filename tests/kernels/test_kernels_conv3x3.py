@@ -213,8 +213,9 @@ def test_backward_filter_the_same_bits_in_any_channel_sets(rng, monkeypatch, str
 
 
 # (N, C, H, W, O, dtype) whose rows are narrower than a vector and divide it (_narrow.py): two
-# 8-pixel rows a float32 vector (with AVX-512), four 4-pixel rows; an odd batch pairs samples
-NARROW = [(3, 5, 8, 8, 11, np.float32), (2, 9, 4, 4, 3, np.float32), (5, 4, 8, 4, 9, np.float64)]
+# 8-pixel rows a float32 vector (with AVX-512), four 4-pixel rows; a 4x4 float32 plane is one
+# vector, so tiles pair the samples, the last of an odd batch with itself
+NARROW = [(3, 5, 8, 8, 11, np.float32), (3, 9, 4, 4, 3, np.float32), (5, 4, 8, 4, 9, np.float64)]
 
 
 @pytest.mark.parametrize("n, c, h, w, o, dtype", NARROW)
@@ -260,3 +261,15 @@ def test_narrow_planes_keep_the_next_rows_infinities_out(rng):
     for got, want in ((y, want_y), (dx, want_dx)):
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+
+
+def test_read_only_inputs_are_read(rng):
+    """The passes only read x, w and dy: arrays that cannot be written (a view of a read-only
+    buffer) give the writable arrays' bits, dy's transpose in blocks included (16 filters of
+    4x8 pixels in float64: whole vectors, with AVX-512 or AVX2)."""
+    x, wt, dy = arrays(rng, (3, 5, 4, 8, 16))
+    want = padded_passes(x, wt, dy, 3)
+    for a in (x, wt, dy):
+        a.flags.writeable = False
+    for got, expected in zip(padded_passes(x, wt, dy, 3), want):
+        np.testing.assert_array_equal(got, expected)

@@ -112,6 +112,12 @@ def test_masked_lanes_and_transposed_blocks(rng, dtype):
     np.testing.assert_array_equal(out[:n][kept], a[kept])
     assert (out[:n][~kept] == 0).all() and not np.signbit(out[:n][~kept]).any()
     assert out[n] == 7.0  # one vector written
+    for small in (np.uint8, np.uint16):  # masks of integer types narrower or as wide as lanes
+        narrow = small(bits & np.iinfo(small).max)
+        kept_and_transposed(out, a, narrow, dst, 11, n + 5, src, 7, n + 3)
+        kept = (int(narrow) >> np.arange(n)) & 1 == 1
+        np.testing.assert_array_equal(out[:n][kept], a[kept])
+        assert (out[:n][~kept] == 0).all()
     block = np.stack([src[7 + k * (n + 3) : 7 + k * (n + 3) + n] for k in range(n)])
     rows = np.stack([dst[11 + r * (n + 5) : 11 + r * (n + 5) + n] for r in range(n)])
     np.testing.assert_array_equal(rows, block.T)
