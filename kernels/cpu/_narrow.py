@@ -35,6 +35,8 @@ Workspace: (H + 2)*W + 2 elements an input plane of a sample, less than conv3x3_
 kernels use; the rest of the need goes unused here.
 """
 
+import functools
+
 import numpy as np
 from numba import prange
 
@@ -124,7 +126,15 @@ def forward_narrow(out, source, w, workspace, flipped):
     nb, ni, h, wd = source.shape
     padded = workspace[: nb * ni * plane(h, wd)].reshape(nb, ni, plane(h, wd))
     spread(padded, source)
-    nl = lanes(out.dtype)
+    left, right = masks(lanes(out.dtype), wd)
+    narrow_tiles(out.reshape(nb, out.shape[1], h * wd), padded, w, flipped, wd, left, right)
+
+
+@functools.lru_cache(maxsize=None)
+def masks(nl, wd):
+    """(left, right): the lanes that taps q = 0 and q = 2 keep in a vector of `nl` pixels of
+    rows `wd` wide (bit l: lane l), every lane but those of column 0, and of column W - 1. A
+    few pairs a process: made once, not at every pass."""
     left = sum(1 << lane for lane in range(nl) if lane % wd != 0)
     right = sum(1 << lane for lane in range(nl) if lane % wd != wd - 1)
-    narrow_tiles(out.reshape(nb, out.shape[1], h * wd), padded, w, flipped, wd, left, right)
+    return left, right

@@ -135,14 +135,14 @@ def _forward(out, source, w, workspace, flipped):
     n, ni, h, wd = source.shape
     na = out.shape[1]
     b = _chunks(n, workspace, conv3x3_forward_need(ni, na, h, wd))
+    if narrow_applies(out):  # rows narrower than a vector: _narrow.py's planes
+        for n0 in range(0, n, b):
+            forward_narrow(out[n0 : n0 + b], source[n0 : n0 + b], w, workspace, flipped)
+        return
     w2 = wd + 2
     shifts = (0, 1, 2, w2, w2 + 1, w2 + 2, 2 * w2, 2 * w2 + 1, 2 * w2 + 2)  # tap (p, q)
-    narrow = narrow_applies(out)
     for n0 in range(0, n, b):
         chunk = source[n0 : n0 + b]
-        if narrow:  # rows narrower than a vector: _narrow.py's planes
-            forward_narrow(out[n0 : n0 + b], chunk, w, workspace, flipped)
-            continue
         padded, sums = _views(workspace, chunk.shape[0], ni, na, h, wd)
         spread(padded, chunk, False)
         forward_tiles(out[n0 : n0 + b], padded, sums, w, flipped, w2, shifts)
